@@ -1,0 +1,601 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libfolio-state: large folios with per-block uptodate/dirty state for
+ * userspace storage engines and caches.
+ *
+ * Conventions that hold for every function below unless it says otherwise:
+ *  - A fallible call returns 0 (or a non-negative count) on success and a
+ *    negative errno on failure. errno itself is never used as a side channel.
+ *  - Bad input (NULL, a range outside the object, an overflowing range, a
+ *    value that is not a power of two where one is required) returns -EINVAL
+ *    or -ERANGE and changes nothing.
+ *  - Constructors take an out-parameter that is written only on success.
+ *  - Options structs start with `size_t sz`; set it to sizeof(the struct) so
+ *    the library can grow the struct without breaking old callers. A NULL
+ *    options pointer means "all defaults".
+ *  - A non-zero return from a user callback is passed back unchanged.
+ *
+ * Layers (each uses only the ones above it): folio -> engine -> mapping.
+ */
+#ifndef FOLIO_STATE_H
+#define FOLIO_STATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define FOLIO_EXPORT __attribute__((visibility("default")))
+#else
+#define FOLIO_EXPORT
+#endif
+
+#define FOLIO_STATE_VERSION_MAJOR 0
+#define FOLIO_STATE_VERSION_MINOR 1
+
+/* Geometry limits. */
+#define FOLIO_MIN_BLOCK_SIZE 512u
+#define FOLIO_MAX_BLOCK_SIZE 65536u
+#define FOLIO_MAX_SIZE (2u * 1024u * 1024u) /* largest folio (compile-time) */
+#define FOLIO_DATA_ALIGN 4096u              /* folio memory alignment */
+
+/* ======================================================================
+ * Layer 2: folios
+ * ======================================================================
+ *
+ * A folio is a naturally aligned, power-of-two sized piece of one object's
+ * data (`size` bytes at position `pos`, pos % size == 0), split into blocks
+ * of `block_size` bytes. Each block has an uptodate bit (the memory holds
+ * the object's bytes) and a dirty bit (the memory is newer than the backing
+ * store). All bit changes happen under one small per-folio spinlock.
+ *
+ * Ranges are byte ranges inside the folio, (off, len) with off + len <=
+ * size. Setting rounds outward (a partly covered block counts); clearing
+ * rounds inward (only wholly covered blocks are cleared). len == 0 is a
+ * no-op that succeeds.
+ *
+ * Thread rules: every function here may be called from any thread on a
+ * folio the caller holds a reference to. State changes are atomic with
+ * respect to each other. The flag predicates folio_test_*() read one atomic
+ * word and take no lock.
+ */
+struct folio;
+
+/* Bits returned by the folio_set_*() calls: which transition this call made.
+ * Exactly one caller ever sees each transition. */
+#define FOLIO_BECAME_DIRTY 1    /* folio went from no dirty block to some */
+#define FOLIO_BECAME_UPTODATE 2 /* the folio's last missing block became uptodate */
+
+/**
+ * folio_new() - allocate a folio with all blocks not uptodate and clean.
+ * @out:        receives the folio (reference count 1) on success.
+ * @pos:        object position of the first byte; a multiple of @size.
+ * @size:       folio size; a power of two, @block_size <= @size <= FOLIO_MAX_SIZE.
+ * @block_size: a power of two, FOLIO_MIN_BLOCK_SIZE..FOLIO_MAX_BLOCK_SIZE.
+ *
+ * The data is aligned to at least FOLIO_DATA_ALIGN bytes and zero-filled;
+ * the per-block state lives in the same allocation as the folio header.
+ *
+ * Return: 0; -EINVAL for a NULL @out, a bad size or block size, or a
+ * misaligned @pos; -ENOMEM.
+ */
+FOLIO_EXPORT int folio_new(struct folio **out, uint64_t pos, size_t size,
+			   size_t block_size);
+
+/**
+ * folio_get() - take another reference. Returns @f (NULL stays NULL).
+ */
+FOLIO_EXPORT struct folio *folio_get(struct folio *f);
+
+/**
+ * folio_put() - drop a reference; the last one frees the folio and its
+ * memory. NULL is ignored. Never call it on a folio you hold no reference to.
+ */
+FOLIO_EXPORT void folio_put(struct folio *f);
+
+/** folio_data() - the folio's memory (folio_size() bytes); NULL for NULL. */
+FOLIO_EXPORT void *folio_data(const struct folio *f);
+/** folio_pos() - object position of byte 0 of the folio; 0 for NULL. */
+FOLIO_EXPORT uint64_t folio_pos(const struct folio *f);
+/** folio_size() - folio size in bytes; 0 for NULL. */
+FOLIO_EXPORT size_t folio_size(const struct folio *f);
+/** folio_block_size() - block size in bytes; 0 for NULL. */
+FOLIO_EXPORT size_t folio_block_size(const struct folio *f);
+
+/**
+ * folio_set_uptodate() - mark the blocks touched by [off, off+len) uptodate.
+ * Call it only after those bytes really hold the object's data.
+ *
+ * Return: a mask of FOLIO_BECAME_* bits (0 when nothing changed state);
+ * -EINVAL for NULL; -ERANGE when the range leaves the folio or overflows.
+ */
+FOLIO_EXPORT int folio_set_uptodate(struct folio *f, size_t off, size_t len);
+
+/**
+ * folio_set_dirty() - mark the blocks touched by [off, off+len) dirty.
+ * Return: as folio_set_uptodate().
+ */
+FOLIO_EXPORT int folio_set_dirty(struct folio *f, size_t off, size_t len);
+
+/**
+ * folio_set_dirty_uptodate() - the write fast path: mark the blocks touched
+ * by [off, off+len) dirty and uptodate under ONE lock acquisition. When the
+ * folio is already fully uptodate only the dirty bits are touched. The
+ * caller must have made every touched block valid (edge blocks read or
+ * zero-filled) before calling.
+ *
+ * Return: as folio_set_uptodate().
+ */
+FOLIO_EXPORT int folio_set_dirty_uptodate(struct folio *f, size_t off,
+					  size_t len);
+
+/**
+ * folio_clear_dirty() - clear the dirty bit of every block wholly inside
+ * [off, off+len). Partly covered blocks stay dirty.
+ *
+ * Return: 0; -EINVAL for NULL; -ERANGE for a bad range.
+ */
+FOLIO_EXPORT int folio_clear_dirty(struct folio *f, size_t off, size_t len);
+
+/**
+ * folio_clear_uptodate() - forget the contents of every block wholly inside
+ * [off, off+len) that is not dirty (a dirty block is the only copy of its
+ * data and keeps its uptodate bit).
+ *
+ * Return: 0; -EINVAL for NULL; -ERANGE for a bad range.
+ */
+FOLIO_EXPORT int folio_clear_uptodate(struct folio *f, size_t off, size_t len);
+
+/**
+ * folio_is_uptodate() - are all blocks touched by [off, off+len) uptodate?
+ * Return: 1 yes, 0 no (len == 0 gives 1); -EINVAL / -ERANGE on bad input.
+ */
+FOLIO_EXPORT int folio_is_uptodate(struct folio *f, size_t off, size_t len);
+
+/**
+ * folio_is_dirty() - is any block touched by [off, off+len) dirty?
+ * Return: 1 yes, 0 no (len == 0 gives 0); -EINVAL / -ERANGE on bad input.
+ */
+FOLIO_EXPORT int folio_is_dirty(struct folio *f, size_t off, size_t len);
+
+/** folio_test_uptodate() - is every block uptodate? Lock-free; NULL: false. */
+FOLIO_EXPORT bool folio_test_uptodate(const struct folio *f);
+/** folio_test_dirty() - is any block dirty? Lock-free; NULL: false. */
+FOLIO_EXPORT bool folio_test_dirty(const struct folio *f);
+/** folio_test_writeback() - is write I/O in flight? Lock-free; NULL: false. */
+FOLIO_EXPORT bool folio_test_writeback(const struct folio *f);
+/** folio_test_locked() - is the folio locked (folio_lock)? NULL: false. */
+FOLIO_EXPORT bool folio_test_locked(const struct folio *f);
+
+/**
+ * folio_next_dirty() - find the first run of dirty blocks at or after the
+ * block holding *@off.
+ * @off: in: where to start (bytes); out: the run's first byte (block
+ *       aligned). Unchanged when there is no run.
+ *
+ * Return: the run length in bytes (a multiple of the block size), 0 when
+ * there is none, -EINVAL for NULL, -ERANGE when *@off > folio_size().
+ */
+FOLIO_EXPORT ssize_t folio_next_dirty(struct folio *f, size_t *off);
+
+/**
+ * folio_next_missing() - like folio_next_dirty() for blocks that are NOT
+ * uptodate (the runs a reader has to fetch).
+ */
+FOLIO_EXPORT ssize_t folio_next_missing(struct folio *f, size_t *off);
+
+/** A byte range inside a folio. */
+struct folio_range {
+	size_t off;
+	size_t len;
+};
+
+/**
+ * folio_take_dirty() - under one lock acquisition, return the dirty runs of
+ * the folio in offset order and clear them (what writeback does).
+ * @runs:     array receiving up to @max_runs runs.
+ * @max_runs: capacity of @runs; when the folio has more runs, only the first
+ *            @max_runs are taken and the rest stay dirty for the next call.
+ *
+ * Return: the number of runs taken (0: the folio was clean); -EINVAL for a
+ * NULL argument or @max_runs == 0.
+ */
+FOLIO_EXPORT int folio_take_dirty(struct folio *f, struct folio_range *runs,
+				  size_t max_runs);
+
+/**
+ * folio_lock() - take the folio's content lock (the LOCKED flag), sleeping
+ * while another thread holds it. The mapping layer holds it while it changes
+ * a folio's contents or structure; users of bare folios may use it the same
+ * way. Not recursive. Return: 0; -EINVAL for NULL.
+ */
+FOLIO_EXPORT int folio_lock(struct folio *f);
+/** folio_trylock() - 1 if the lock was taken, 0 if busy, -EINVAL for NULL. */
+FOLIO_EXPORT int folio_trylock(struct folio *f);
+/** folio_unlock() - release the lock and wake waiters. Return: 0; -EINVAL
+ * for NULL; -EPERM when the folio was not locked. */
+FOLIO_EXPORT int folio_unlock(struct folio *f);
+
+/**
+ * folio_start_writeback() - set the WRITEBACK flag (write I/O is about to be
+ * in flight). Return: 0; -EBUSY when already set; -EINVAL for NULL.
+ */
+FOLIO_EXPORT int folio_start_writeback(struct folio *f);
+/** folio_end_writeback() - clear WRITEBACK and wake folio_wait_writeback()
+ * callers. Return: 0; -EPERM when not set; -EINVAL for NULL. */
+FOLIO_EXPORT int folio_end_writeback(struct folio *f);
+/** folio_wait_writeback() - sleep until WRITEBACK is clear. 0 / -EINVAL. */
+FOLIO_EXPORT int folio_wait_writeback(struct folio *f);
+
+/* ======================================================================
+ * Layer 3: engines (the I/O boundary)
+ * ======================================================================
+ *
+ * The library never does I/O itself: it builds `struct folio_io` requests
+ * whose iovecs point into folio memory and hands them to an engine's
+ * submit(). The engine finishes each accepted request exactly once with
+ * folio_io_complete(), from any thread, possibly before submit() returns.
+ */
+enum folio_io_op {
+	FOLIO_IO_READ = 0,
+	FOLIO_IO_WRITE = 1,
+};
+
+/* Extent flags (struct folio_extent.flags, passed on in folio_io.flags). */
+#define FOLIO_EXTENT_HOLE 0x1u /* nothing allocated: reads return zeros */
+#define FOLIO_EXTENT_NEW 0x2u  /* allocated but never written */
+
+/** What the optional map() callback returns: file bytes [pos, pos+len)
+ * live at device bytes [dev_pos, dev_pos+len). */
+struct folio_extent {
+	uint64_t pos;
+	uint64_t len;
+	uint64_t dev_pos;
+	uint32_t flags;
+};
+
+/** One I/O request. Built by the library; the engine reads every field and
+ * may use @engine_data freely until it calls folio_io_complete(). */
+struct folio_io {
+	enum folio_io_op op;
+	uint32_t flags;       /* FOLIO_EXTENT_* of the extent it lies in */
+	uint64_t pos;         /* object (file) position */
+	uint64_t dev_pos;     /* device position (== pos without map()) */
+	size_t len;           /* total bytes = sum of iov lengths */
+	struct iovec *iov;    /* points into folio memory */
+	int iovcnt;
+	void *engine_data;    /* free for the engine */
+};
+
+/**
+ * folio_io_complete() - finish a request the engine accepted.
+ * @result: bytes transferred (may be less than io->len: a short transfer)
+ *          or a negative errno.
+ *
+ * Callable from any thread, including inside submit() (synchronous
+ * engines). After it returns the engine must not touch @io again.
+ * A NULL @io is ignored.
+ */
+FOLIO_EXPORT void folio_io_complete(struct folio_io *io, ssize_t result);
+
+struct folio_engine_ops {
+	size_t sz; /* sizeof(struct folio_engine_ops) */
+	/* Start @io. Return 0 when accepted (complete() will be called
+	 * exactly once) or a negative errno when refused (it will not). */
+	int (*submit)(void *ctx, struct folio_io *io);
+	/* Durability barrier over every write completed before the call. */
+	int (*flush)(void *ctx);
+	/* Resize the backing object: bytes past @size are gone and a later
+	 * grow reads zeros there. */
+	int (*truncate)(void *ctx, uint64_t size);
+	/* Optional: the extent holding @pos (its len may exceed @len). */
+	int (*map)(void *ctx, uint64_t pos, uint64_t len,
+		   struct folio_extent *ext);
+	/* Optional: reap at least one completion of an in-flight request,
+	 * blocking if needed. Without it the library sleeps until the engine
+	 * completes requests from its own threads. */
+	int (*wait)(void *ctx);
+	/* Optional: called once by folio_engine_free(). */
+	void (*destroy)(void *ctx);
+};
+
+struct folio_engine;
+
+/**
+ * folio_engine_new() - wrap user callbacks into an engine.
+ * @ops: copied; submit, flush and truncate are required. @ops->sz must be
+ *       at least the size of the fields up to and including truncate.
+ * @ctx: passed to every callback.
+ * Return: 0; -EINVAL for NULL or missing callbacks; -ENOMEM.
+ */
+FOLIO_EXPORT int folio_engine_new(struct folio_engine **out,
+				  const struct folio_engine_ops *ops,
+				  void *ctx);
+
+/**
+ * folio_engine_free() - destroy an engine (calls ops->destroy).
+ * Return: 0; -EBUSY while a mapping still uses it (nothing is freed);
+ * 0 for NULL.
+ */
+FOLIO_EXPORT int folio_engine_free(struct folio_engine *e);
+
+/** folio_engine_ctx() - the ctx given at creation (NULL for NULL). */
+FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
+
+/* Flags of folio_engine_posix() / folio_engine_uring(). */
+#define FOLIO_ENGINE_DIRECT 0x1u /* fd is O_DIRECT: requests must be aligned */
+
+/**
+ * folio_engine_posix() - synchronous engine over a file descriptor:
+ * preadv/pwritev looping on short transfers and EINTR, reads past the end
+ * of the file give zeros, flush is fdatasync(), truncate is ftruncate().
+ * The fd stays owned by the caller and must outlive the engine.
+ * Return: 0; -EINVAL for NULL @out, a negative @fd or unknown flags;
+ * -ENOMEM.
+ */
+FOLIO_EXPORT int folio_engine_posix(struct folio_engine **out, int fd,
+				    unsigned flags);
+
+/**
+ * folio_engine_uring() - asynchronous engine on io_uring (liburing) over @fd
+ * with a ring of @depth entries (1..4096): batched submission, completions
+ * reaped by the wait callback, short transfers resubmitted, flush ordered
+ * after the writes it covers.
+ * Return: 0; -EINVAL for bad arguments; -ENOSYS when the library was built
+ * without io_uring; the errno of io_uring_queue_init(); -ENOMEM.
+ */
+FOLIO_EXPORT int folio_engine_uring(struct folio_engine **out, int fd,
+				    unsigned depth, unsigned flags);
+
+/**
+ * folio_engine_mem() - in-memory backing store of at most @capacity bytes
+ * (1..2^40), initially empty (size 0). Reads past its size give zeros;
+ * writes extend it; writes past @capacity fail with -ENOSPC. Meant for
+ * tests (it injects faults) and for users' own tests.
+ * Return: 0; -EINVAL; -ENOMEM.
+ */
+FOLIO_EXPORT int folio_engine_mem(struct folio_engine **out,
+				  uint64_t capacity);
+
+/* Which requests a mem fault applies to (struct folio_mem_fault.ops). */
+#define FOLIO_MEM_OP_READ (1u << FOLIO_IO_READ)
+#define FOLIO_MEM_OP_WRITE (1u << FOLIO_IO_WRITE)
+#define FOLIO_MEM_OP_FLUSH 0x4u
+#define FOLIO_MEM_OP_TRUNCATE 0x8u
+
+/** A deterministic fault rule for the mem engine. A request matches when
+ * its op is in @ops and it overlaps [pos, pos+len) (len 0: anywhere). */
+struct folio_mem_fault {
+	size_t sz;
+	unsigned ops;     /* FOLIO_MEM_OP_* mask */
+	uint64_t pos;
+	uint64_t len;
+	uint64_t skip;    /* let this many matching requests through first */
+	uint64_t count;   /* then fire this many times (0: forever) */
+	int error;        /* negative errno to fail with, or 0 for ... */
+	size_t short_len; /* ... a short transfer of this many bytes
+			   * (transferring exactly them) */
+};
+
+/**
+ * folio_engine_mem_inject() - add a fault rule (up to 64 rules).
+ * Return: 0; -EINVAL for a non-mem engine, NULL, an empty @ops, or error
+ * >= 0 with short_len 0 ... (a rule that would do nothing); -ENOSPC when
+ * full.
+ */
+FOLIO_EXPORT int folio_engine_mem_inject(struct folio_engine *e,
+					 const struct folio_mem_fault *fault);
+/** folio_engine_mem_clear_faults() - drop every rule. 0 / -EINVAL. */
+FOLIO_EXPORT int folio_engine_mem_clear_faults(struct folio_engine *e);
+
+/* Completion modes of the mem engine. */
+enum folio_mem_mode {
+	FOLIO_MEM_SYNC = 0,   /* complete inside submit() (default) */
+	FOLIO_MEM_POLL = 1,   /* hold requests; wait() completes them, in a
+			       * pseudo-random order */
+	FOLIO_MEM_THREAD = 2, /* a completion thread completes them after a
+			       * pseudo-random delay, in a pseudo-random order */
+};
+
+/**
+ * folio_engine_mem_set_mode() - choose how requests complete.
+ * @seed: seeds the pseudo-random order (reproducible runs).
+ * Switching mode first finishes every held request.
+ * Return: 0; -EINVAL; -EAGAIN when the thread cannot start.
+ */
+FOLIO_EXPORT int folio_engine_mem_set_mode(struct folio_engine *e,
+					   enum folio_mem_mode mode,
+					   uint64_t seed);
+
+/**
+ * folio_engine_mem_set_map() - give the mem engine a map() callback whose
+ * extents are @extent_size bytes (a power of two >= 512; 0 removes map()).
+ * With @scatter, extent pairs (2k, 2k+1) swap device places, so runs that
+ * are contiguous in the file are not contiguous on the device.
+ * Return: 0; -EINVAL.
+ */
+FOLIO_EXPORT int folio_engine_mem_set_map(struct folio_engine *e,
+					  uint64_t extent_size, bool scatter);
+
+struct folio_mem_stats {
+	size_t sz;
+	uint64_t read_requests, read_bytes;
+	uint64_t write_requests, write_bytes;
+	uint64_t flushes, truncates, map_calls;
+	uint64_t faults; /* requests a fault rule fired on */
+	uint64_t size;   /* current size of the backing object */
+};
+
+/** folio_engine_mem_stats() - counters since creation. 0 / -EINVAL. */
+FOLIO_EXPORT int folio_engine_mem_stats(struct folio_engine *e,
+					struct folio_mem_stats *st);
+
+/**
+ * folio_engine_mem_peek() - copy backing-store bytes [pos, pos+len) (by
+ * file position) into @buf, zeros past the size.
+ * Return: 0; -EINVAL; -ERANGE beyond capacity.
+ */
+FOLIO_EXPORT int folio_engine_mem_peek(struct folio_engine *e, void *buf,
+				       size_t len, uint64_t pos);
+/** folio_engine_mem_poke() - write backing-store bytes directly (to set up
+ * a test); grows the size like a write. 0 / -EINVAL / -ERANGE / -ENOSPC. */
+FOLIO_EXPORT int folio_engine_mem_poke(struct folio_engine *e,
+				       const void *buf, size_t len,
+				       uint64_t pos);
+
+/* ======================================================================
+ * Layer 4: mappings (the cache of one object)
+ * ====================================================================== */
+struct folio_mapping;
+
+/* struct folio_mapping_opts.flags */
+#define FOLIO_MAPPING_STABLE_WRITES 0x1u /* writers wait for writeback */
+#define FOLIO_MAPPING_DROP_ON_ERROR 0x2u /* failed writes are cleaned and
+					  * reported once (Linux policy);
+					  * default re-dirties them */
+
+struct folio_mapping_opts {
+	size_t sz;
+	size_t block_size;     /* default 4096 */
+	size_t min_folio_size; /* default block_size */
+	size_t max_folio_size; /* default FOLIO_MAX_SIZE */
+	uint64_t size;         /* current size of the backing object */
+	unsigned flags;        /* FOLIO_MAPPING_* */
+	struct folio_engine *engine; /* required; must outlive the mapping */
+};
+
+/**
+ * folio_mapping_new() - create an empty cache over @opts->engine.
+ * Return: 0; -EINVAL for NULL, a bad geometry (sizes not powers of two,
+ * block < 512 or > 64 KiB, min < block, max < min or > FOLIO_MAX_SIZE,
+ * size > 2^62) or unknown flags; -ENOMEM.
+ */
+FOLIO_EXPORT int folio_mapping_new(struct folio_mapping **out,
+				   const struct folio_mapping_opts *opts);
+
+/**
+ * folio_mapping_free() - drop every clean folio and free the mapping.
+ * Return: 0 (also for NULL); -EBUSY when any dirty data or I/O remains: then
+ * nothing is freed (sync first, or invalidate with FOLIO_INVALIDATE_DISCARD).
+ */
+FOLIO_EXPORT int folio_mapping_free(struct folio_mapping *m);
+
+/**
+ * folio_mapping_write() - buffered write of @len bytes at @pos, like
+ * pwrite(2). Per folio only partly covered, not-uptodate edge blocks are
+ * read (one engine request per contiguous run); blocks at or past EOF are
+ * zero-filled. EOF grows to pos + written.
+ * Return: bytes written (short when a later folio fails); -EINVAL for NULL
+ * @m or NULL @buf with @len > 0; -EFBIG past 2^62; the engine's error (e.g.
+ * -EIO) when the first folio fails, with nothing marked; -ENOMEM.
+ */
+FOLIO_EXPORT ssize_t folio_mapping_write(struct folio_mapping *m,
+					 const void *buf, size_t len,
+					 uint64_t pos);
+
+/**
+ * folio_mapping_read() - buffered read like pread(2): short at EOF, never
+ * bytes beyond it. Missing blocks are read with as few engine requests as
+ * the layout allows.
+ * Return: bytes read (0 at/after EOF); -EINVAL; the engine's error when the
+ * first byte cannot be read (a later failure gives a short count).
+ */
+FOLIO_EXPORT ssize_t folio_mapping_read(struct folio_mapping *m, void *buf,
+					size_t len, uint64_t pos);
+
+/**
+ * folio_mapping_write_begin() - zero-copy write: find or create the folio
+ * holding @pos, lock it, make the partly covered edge blocks of [pos,
+ * pos+len) valid, and return it referenced and locked.
+ * @folio: receives the folio. Copy into folio_data(*folio) + (pos -
+ *         folio_pos(*folio)), at most the returned number of bytes.
+ * Return: bytes of [pos, pos+len) inside this folio (>= 1); -EINVAL (also
+ * for len == 0); -EFBIG; the engine's error.
+ */
+FOLIO_EXPORT ssize_t folio_mapping_write_begin(struct folio_mapping *m,
+					       uint64_t pos, size_t len,
+					       struct folio **folio);
+
+/**
+ * folio_mapping_write_end() - finish a write_begin(): mark @copied bytes at
+ * @pos dirty and uptodate, grow EOF, unlock and drop the reference.
+ * @copied may be less than write_begin's count (0: nothing changes).
+ * Return: @copied; -EINVAL when @folio is not locked/in @m or the range is
+ * outside it (the folio is still unlocked and released).
+ */
+FOLIO_EXPORT ssize_t folio_mapping_write_end(struct folio_mapping *m,
+					     struct folio *folio,
+					     uint64_t pos, size_t copied);
+
+/**
+ * folio_mapping_lookup() - the cached folio holding @pos, referenced (drop
+ * it with folio_put()). Return: 0; -ENOENT when not cached; -EINVAL.
+ */
+FOLIO_EXPORT int folio_mapping_lookup(struct folio_mapping *m, uint64_t pos,
+				      struct folio **folio);
+
+/**
+ * folio_mapping_truncate() - set the object's size. Shrinking drops folios
+ * wholly past it (after their in-flight I/O ends), zeroes the tail of the
+ * folio it cuts and cleans the blocks wholly past it, then calls the
+ * engine's truncate(). Growing makes the new space read as zeros.
+ * Return: 0; -EINVAL; -EFBIG past 2^62; the engine's error (the cache is
+ * already resized then).
+ */
+FOLIO_EXPORT int folio_mapping_truncate(struct folio_mapping *m,
+					uint64_t size);
+
+#define FOLIO_INVALIDATE_DISCARD 0x1u /* also throw away dirty data */
+
+/**
+ * folio_mapping_invalidate() - drop cached folios overlapping [pos, pos+len)
+ * (len 0: to the end). Waits for their writeback. Without
+ * FOLIO_INVALIDATE_DISCARD dirty folios are kept; with it, dirty blocks
+ * wholly inside the range are thrown away (folios only partly inside keep
+ * their other blocks).
+ * Return: 0; -EBUSY when dirty folios were kept (the clean ones are still
+ * dropped); -EINVAL.
+ */
+FOLIO_EXPORT int folio_mapping_invalidate(struct folio_mapping *m,
+					  uint64_t pos, uint64_t len,
+					  unsigned flags);
+
+/** folio_mapping_size() - current EOF; -EINVAL for NULL. */
+FOLIO_EXPORT int64_t folio_mapping_size(const struct folio_mapping *m);
+
+#define FOLIO_STATS_SHIFTS 13 /* folio sizes 512 B << 0 .. 512 B << 12 */
+
+struct folio_mapping_stats {
+	size_t sz;
+	uint64_t bytes_written;  /* by the caller (write + write_end) */
+	uint64_t bytes_read;     /* returned to the caller */
+	uint64_t read_requests;  /* engine read requests */
+	uint64_t read_bytes;
+	uint64_t wb_requests;    /* engine write requests (writeback) */
+	uint64_t wb_bytes;       /* bytes submitted for writeback */
+	uint64_t wb_merges;      /* runs appended to an existing request */
+	uint64_t map_calls;
+	uint64_t retries;        /* short writes resubmitted */
+	uint64_t errors;         /* failed engine requests */
+	uint64_t flushes;
+	uint64_t cached_bytes;   /* uptodate bytes in the cache */
+	uint64_t dirty_bytes;
+	uint64_t folios;
+	uint64_t folios_by_shift[FOLIO_STATS_SHIFTS];
+};
+
+/** folio_mapping_stats() - fill @st (honouring st->sz). 0 / -EINVAL. */
+FOLIO_EXPORT int folio_mapping_stats(struct folio_mapping *m,
+				     struct folio_mapping_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FOLIO_STATE_H */

@@ -1,0 +1,28 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Word-at-a-time operations on bit ranges [start, end) of an array of
+ * 64-bit words. Bit i lives in word i / 64 at position i % 64. Callers
+ * guarantee start <= end and that the words exist; these are internal
+ * helpers and do no argument checking of their own.
+ */
+#ifndef FOLIO_BITMAP_H
+#define FOLIO_BITMAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define BITMAP_WORD_BITS 64u
+#define BITMAP_WORDS(nbits) (((nbits) + BITMAP_WORD_BITS - 1) / BITMAP_WORD_BITS)
+
+void bitmap_set_range(uint64_t *map, size_t start, size_t end);
+void bitmap_clear_range(uint64_t *map, size_t start, size_t end);
+bool bitmap_all_set(const uint64_t *map, size_t start, size_t end);
+bool bitmap_any_set(const uint64_t *map, size_t start, size_t end);
+/* Index of the first set (clear) bit in [start, end), or end if none. */
+size_t bitmap_next_set(const uint64_t *map, size_t start, size_t end);
+size_t bitmap_next_clear(const uint64_t *map, size_t start, size_t end);
+/* Number of set bits in [start, end). */
+size_t bitmap_count(const uint64_t *map, size_t start, size_t end);
+
+#endif

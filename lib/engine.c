@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The engine object, request completion and waiting for groups of
+ * requests. Built-in engines live in engine_<name>.c.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "futex.h"
+#include "internal.h"
+
+/* Every callback up to and including truncate is required. */
+#define OPS_REQUIRED_SZ \
+	(offsetof(struct folio_engine_ops, truncate) + \
+	 sizeof(((struct folio_engine_ops *)0)->truncate))
+
+int engine_create(struct folio_engine **out,
+		  const struct folio_engine_ops *ops, void *ctx,
+		  enum engine_kind kind)
+{
+	if (!out || !ops || ops->sz < OPS_REQUIRED_SZ || !ops->submit ||
+	    !ops->flush || !ops->truncate)
+		return -EINVAL;
+	struct folio_engine *e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	/* Copy only what the caller's struct has; newer fields stay NULL. */
+	memcpy(&e->ops, ops, MIN(ops->sz, sizeof(e->ops)));
+	e->ops.sz = sizeof(e->ops);
+	e->ctx = ctx;
+	e->kind = kind;
+	atomic_init(&e->users, 0);
+	*out = e;
+	return 0;
+}
+
+int folio_engine_new(struct folio_engine **out,
+		     const struct folio_engine_ops *ops, void *ctx)
+{
+	return engine_create(out, ops, ctx, ENGINE_USER);
+}
+
+int folio_engine_free(struct folio_engine *e)
+{
+	if (!e)
+		return 0;
+	if (atomic_load(&e->users))
+		return -EBUSY;
+	if (e->ops.destroy)
+		e->ops.destroy(e->ctx);
+	free(e);
+	return 0;
+}
+
+void *folio_engine_ctx(const struct folio_engine *e)
+{
+	return e ? e->ctx : NULL;
+}
+
+void folio_io_complete(struct folio_io *io, ssize_t result)
+{
+	if (!io)
+		return;
+	struct fs_io *rq = container_of(io, struct fs_io, io);
+	rq->end_io(rq, result);
+}
+
+void io_group_init(struct io_group *g)
+{
+	atomic_init(&g->pending, 1);
+	atomic_init(&g->error, 0);
+}
+
+void io_group_add(struct io_group *g)
+{
+	atomic_fetch_add_explicit(&g->pending, 1, memory_order_relaxed);
+}
+
+void io_group_done(struct io_group *g, int error)
+{
+	if (error) {
+		int none = 0;
+		atomic_compare_exchange_strong(&g->error, &none, error);
+	}
+	if (atomic_fetch_sub_explicit(&g->pending, 1, memory_order_acq_rel) ==
+	    1)
+		futex_wake_all(&g->pending);
+}
+
+int io_group_wait(struct io_group *g, struct folio_engine *e)
+{
+	unsigned v = atomic_fetch_sub_explicit(&g->pending, 1,
+					       memory_order_acq_rel) - 1;
+	while (v) {
+		/* A polled engine makes progress only when driven; an engine
+		 * with its own completion threads wakes us through the futex.
+		 * If wait() itself fails there is nothing better to do than
+		 * sleep until completions arrive some other way. */
+		if (!e->ops.wait || e->ops.wait(e->ctx) < 0)
+			futex_wait(&g->pending, v);
+		v = atomic_load_explicit(&g->pending, memory_order_acquire);
+	}
+	return atomic_load(&g->error);
+}

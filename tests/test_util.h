@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/* Helpers shared by the tests: a reproducible PRNG and scale control. */
+#ifndef FOLIO_TEST_UTIL_H
+#define FOLIO_TEST_UTIL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* xorshift64*: fast, good enough for test workloads, reproducible. */
+static inline uint64_t test_rand(uint64_t *state)
+{
+	uint64_t x = *state;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*state = x;
+	return x * UINT64_C(0x2545F4914F6CDD1D);
+}
+
+/* Uniform in [0, n); n > 0. */
+static inline uint64_t test_rand_below(uint64_t *state, uint64_t n)
+{
+	return test_rand(state) % n;
+}
+
+/* The seed for randomized tests: $FOLIO_TEST_SEED if set, else derived
+ * from the time. Always printed so any failure can be replayed. */
+uint64_t test_seed(const char *test_name);
+
+/* True under valgrind (set by the valgrind test setup) or when
+ * FOLIO_TEST_QUICK is set: randomized and stress tests shrink their
+ * iteration counts so the slow runs stay within minutes. */
+bool test_slow_env(void);
+
+/* Scale an iteration count down under test_slow_env(). */
+unsigned test_iters(unsigned normal, unsigned slow);
+
+#endif
