@@ -298,11 +298,17 @@ struct folio_engine_ops {
 	int (*map)(void *ctx, uint64_t pos, uint64_t len,
 		   struct folio_extent *ext);
 	/* Optional: reap at least one completion of an in-flight request,
-	 * blocking if needed. Without it the library sleeps until the engine
-	 * completes requests from its own threads. */
+	 * blocking if needed; return 0 at once when nothing is in flight.
+	 * May be called from several threads at once. Without it the
+	 * library sleeps until the engine completes requests from its own
+	 * threads. */
 	int (*wait)(void *ctx);
 	/* Optional: called once by folio_engine_free(). */
 	void (*destroy)(void *ctx);
+	/* Optional: the library has submitted a batch; start any requests
+	 * the engine queued without starting (an io_uring engine submits
+	 * its queue here). Called after every batch of submit() calls. */
+	int (*unplug)(void *ctx);
 };
 
 struct folio_engine;
@@ -429,6 +435,8 @@ struct folio_mem_stats {
 	uint64_t write_requests, write_bytes;
 	uint64_t flushes, truncates, map_calls;
 	uint64_t faults; /* requests a fault rule fired on */
+	uint64_t misdirected; /* requests whose dev_pos disagreed with the
+			       * engine's own map (failed with -EIO) */
 	uint64_t size;   /* current size of the backing object */
 };
 
