@@ -336,35 +336,138 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
 
 /* Flags of folio_engine_posix() / folio_engine_uring(). */
 #define FOLIO_ENGINE_DIRECT 0x1u /* fd is O_DIRECT: requests must be aligned */
+#define FOLIO_URING_COMPLETION_THREAD 0x2u /* folio_engine_uring() only: an
+					    * engine thread reaps completions */
+
+/*
+ * What O_DIRECT engines require of a request: dev_pos, len and every iovec
+ * base and length a multiple of this (the logical block size of common
+ * devices). Folio memory is FOLIO_DATA_ALIGN aligned and block sizes are
+ * multiples of 512, so requests made of whole blocks qualify; one cut at
+ * an end of file that is not a multiple of 512 does not.
+ */
+#define FOLIO_ENGINE_DIRECT_ALIGN 512u
 
 /**
- * folio_engine_posix() - synchronous engine over a file descriptor:
- * preadv/pwritev looping on short transfers and EINTR, reads past the end
- * of the file give zeros, flush is fdatasync(), truncate is ftruncate().
- * The fd stays owned by the caller and must outlive the engine.
+ * folio_engine_posix() - synchronous engine over a file descriptor.
+ * @out:   receives the engine on success.
+ * @fd:    an open regular file or block device. It stays owned by the
+ *         caller and must stay open until folio_engine_free().
+ * @flags: 0 or FOLIO_ENGINE_DIRECT. An @fd opened with O_DIRECT gets the
+ *         alignment checks even without the flag (fcntl(F_GETFL) tells).
+ *
+ * submit() does the I/O and completes the request before it returns:
+ * preadv()/pwritev() at io->dev_pos, looping on short transfers and EINTR
+ * (the caller's iovec array is never modified; any number of segments
+ * works). A read that meets end of file zero-fills the rest and reports
+ * the full length. A failure completes the request with -errno, or with
+ * the bytes already transferred when there were some (a short transfer:
+ * resubmitting the rest reports the error). In direct mode submit()
+ * refuses with -EINVAL a request whose dev_pos, len or any iovec base or
+ * length is not a multiple of FOLIO_ENGINE_DIRECT_ALIGN; a direct read
+ * that ends past end of file is zero-filled like any other. A request
+ * with an unknown op, iovecs that do not add up to len, or a range past
+ * 2^62 is refused with -EINVAL. flush() is fdatasync() and truncate() is
+ * ftruncate() (-EINVAL past 2^62); both return -errno on failure. There
+ * is no wait(): nothing is ever in flight once submit() has returned.
+ *
+ * Thread rules: submit, flush and truncate may run in any number of
+ * threads at once (positioned I/O shares no file offset).
+ *
  * Return: 0; -EINVAL for NULL @out, a negative @fd or unknown flags;
- * -ENOMEM.
+ * -EBADF when @fd is not open; -ENOMEM.
  */
 FOLIO_EXPORT int folio_engine_posix(struct folio_engine **out, int fd,
 				    unsigned flags);
 
 /**
- * folio_engine_uring() - asynchronous engine on io_uring (liburing) over @fd
- * with a ring of @depth entries (1..4096): batched submission, completions
- * reaped by the wait callback, short transfers resubmitted, flush ordered
- * after the writes it covers.
- * Return: 0; -EINVAL for bad arguments; -ENOSYS when the library was built
- * without io_uring; the errno of io_uring_queue_init(); -ENOMEM.
+ * folio_engine_uring() - asynchronous engine on io_uring (liburing).
+ * @out:   receives the engine on success.
+ * @fd:    as for folio_engine_posix(): owned by the caller, open until
+ *         folio_engine_free().
+ * @depth: submission queue entries, 1..4096. The kernel holds at most as
+ *         many requests as the completion queue has entries (twice the
+ *         rounded-up depth); the engine accepts more and keeps them until
+ *         there is room.
+ * @flags: FOLIO_ENGINE_DIRECT (as for posix, and also detected from @fd)
+ *         and FOLIO_URING_COMPLETION_THREAD.
+ *
+ * submit() queues a readv/writev SQE at io->dev_pos and returns; it calls
+ * io_uring_submit() only when the submission queue is full. unplug()
+ * submits the queue (the library calls it after each batch of submits).
+ * wait() submits anything queued, then sleeps until at least one request
+ * completes; it returns 0 at once when nothing is in flight, 0 after
+ * progress, or a negative errno when io_uring itself fails. Short
+ * transfers are resubmitted for the rest; a read that meets end of file
+ * zero-fills the rest and reports the full length; -EAGAIN, -EINTR and
+ * -ECANCELED results (the kernel cancels requests of a thread that exits)
+ * are retried; other errors complete the request with the error, or with
+ * the bytes already transferred when there were some (a short transfer).
+ * Refusals as for posix (-EINVAL), plus -ENOMEM and -ESHUTDOWN while the
+ * engine is being freed. Completions are delivered by whichever thread
+ * reaps them (a wait(), flush() or truncate() caller, or the completion
+ * thread) and never under an engine lock, so a completion may submit.
+ * flush() waits for every write submitted before it, then issues
+ * IORING_OP_FSYNC with IORING_FSYNC_DATASYNC and waits for it.
+ * truncate() waits for every request submitted before it, then calls
+ * ftruncate().
+ *
+ * With FOLIO_URING_COMPLETION_THREAD an engine thread reaps completions,
+ * so requests complete without anybody calling wait(); wait(), flush()
+ * and truncate() then only sleep until it made progress. Requests still
+ * start at unplug(), wait() or when the queue fills.
+ *
+ * folio_engine_free() waits until every accepted request has completed,
+ * stops the thread and closes the ring.
+ *
+ * Thread rules: every callback may run in any number of threads at once,
+ * including inside a completion. Do not free the engine from a completion.
+ *
+ * Return: 0; -EINVAL for NULL @out, a negative @fd, @depth outside
+ * 1..4096 or unknown flags; -EBADF when @fd is not open; -ENOSYS when the
+ * library was built without io_uring; the error of io_uring_queue_init()
+ * (e.g. -ENOSYS or -EPERM where io_uring is disabled); -EAGAIN when the
+ * completion thread cannot start; -ENOMEM.
  */
 FOLIO_EXPORT int folio_engine_uring(struct folio_engine **out, int fd,
 				    unsigned depth, unsigned flags);
 
+/* Largest capacity of a mem engine. */
+#define FOLIO_MEM_MAX_CAPACITY (UINT64_C(1) << 40)
+
 /**
- * folio_engine_mem() - in-memory backing store of at most @capacity bytes
- * (1..2^40), initially empty (size 0). Reads past its size give zeros;
- * writes extend it; writes past @capacity fail with -ENOSPC. Meant for
- * tests (it injects faults) and for users' own tests.
- * Return: 0; -EINVAL; -ENOMEM.
+ * folio_engine_mem() - in-memory backing store for tests and users' own
+ * tests: it injects faults (folio_engine_mem_inject()), checks device
+ * positions against its own map (folio_engine_mem_set_map()) and completes
+ * requests inline, when polled, or from a thread in a pseudo-random order
+ * (folio_engine_mem_set_mode()).
+ * @out:      receives the engine on success.
+ * @capacity: the largest size the store may reach, 1..FOLIO_MEM_MAX_CAPACITY
+ *            bytes. Memory is allocated in 64 KiB chunks as data is
+ *            written, so an unused capacity costs (almost) nothing.
+ *
+ * The store has a size, initially 0. Reads of bytes at file positions at
+ * or past the size give zeros; a write extends the size to the end of the
+ * bytes it wrote. Data lives at device positions (io->dev_pos); without a
+ * map, dev_pos must equal pos. Checks, in order: a request whose dev_pos
+ * disagrees with the map fails with -EIO (counted as misdirected); a write
+ * ending past @capacity fails with -ENOSPC and writes nothing; then the
+ * fault rules. A request with an unknown op, iovecs that do not add up to
+ * len, or a range past 2^62 is refused with -EINVAL. flush() only counts
+ * (and fails when a rule says so); truncate() zeroes and frees the store
+ * past the new size and sets the size (-EFBIG past @capacity). The
+ * engine's wait() never fails: it returns 0 at once when nothing is in
+ * flight, else after at least one request completed.
+ *
+ * Thread rules: every mem function and callback is safe to call from any
+ * number of threads at once. Completions are never delivered under the
+ * engine's lock, so a completion may submit again. folio_engine_free()
+ * completes requests still held with -ECANCELED, stops the completion
+ * thread and frees everything; no other call on the engine may be running
+ * then, and it must not run inside a completion.
+ *
+ * Return: 0; -EINVAL for NULL @out or a @capacity of 0 or above
+ * FOLIO_MEM_MAX_CAPACITY; -ENOMEM.
  */
 FOLIO_EXPORT int folio_engine_mem(struct folio_engine **out,
 				  uint64_t capacity);
@@ -375,29 +478,53 @@ FOLIO_EXPORT int folio_engine_mem(struct folio_engine **out,
 #define FOLIO_MEM_OP_FLUSH 0x4u
 #define FOLIO_MEM_OP_TRUNCATE 0x8u
 
-/** A deterministic fault rule for the mem engine. A request matches when
- * its op is in @ops and it overlaps [pos, pos+len) (len 0: anywhere). */
+/**
+ * struct folio_mem_fault - a deterministic fault rule for the mem engine.
+ *
+ * A read or write request matches when its op is in @ops and its file
+ * range [io->pos, io->pos + io->len) overlaps [@pos, @pos + @len) (@len 0:
+ * anywhere; a zero-length request matches when io->pos is in the range).
+ * Every flush() or truncate() call matches a rule with FOLIO_MEM_OP_FLUSH
+ * or FOLIO_MEM_OP_TRUNCATE in @ops, whatever the range. Each rule counts
+ * the calls that match it and fires on matches @skip + 1 to @skip +
+ * @count (@count 0: on every match after the first @skip). When several
+ * rules fire on one call, the one added first decides. Rules see only
+ * requests that passed the map and capacity checks, and count them when
+ * they are submitted, so the submission order decides, not the completion
+ * order.
+ */
 struct folio_mem_fault {
-	size_t sz;
+	size_t sz;        /* sizeof(struct folio_mem_fault) */
 	unsigned ops;     /* FOLIO_MEM_OP_* mask */
 	uint64_t pos;
 	uint64_t len;
-	uint64_t skip;    /* let this many matching requests through first */
+	uint64_t skip;    /* let this many matching calls through first */
 	uint64_t count;   /* then fire this many times (0: forever) */
-	int error;        /* negative errno to fail with, or 0 for ... */
-	size_t short_len; /* ... a short transfer of this many bytes
-			   * (transferring exactly them) */
+	int error;        /* -4095..-1: complete with this error, nothing
+			   * transferred (flush/truncate return it and
+			   * change nothing); or 0 for ... */
+	size_t short_len; /* ... a short transfer: exactly the first
+			   * min(short_len, io->len) bytes are transferred
+			   * and that count is the result (reads and writes
+			   * only; the other bytes are left untouched) */
 };
 
 /**
- * folio_engine_mem_inject() - add a fault rule (up to 64 rules).
- * Return: 0; -EINVAL for a non-mem engine, NULL, an empty @ops, or error
- * >= 0 with short_len 0 ... (a rule that would do nothing); -ENOSPC when
- * full.
+ * folio_engine_mem_inject() - add a fault rule (up to 64).
+ * @e:     a mem engine.
+ * @fault: the rule, copied.
+ * Return: 0; -EINVAL for NULL, a non-mem engine, @fault->sz smaller than
+ * the struct, an empty @ops or one with unknown bits, @error outside
+ * -4095..0, both @error and @short_len set or neither (a rule that would do
+ * nothing), a short transfer rule whose @ops includes FLUSH or TRUNCATE,
+ * or @pos + @len overflowing; -ENOSPC when 64 rules exist.
+ * Thread rules: any thread, any time; requests already submitted keep the
+ * fate they were given.
  */
 FOLIO_EXPORT int folio_engine_mem_inject(struct folio_engine *e,
 					 const struct folio_mem_fault *fault);
-/** folio_engine_mem_clear_faults() - drop every rule. 0 / -EINVAL. */
+/** folio_engine_mem_clear_faults() - drop every rule (any thread, any
+ * time). Return: 0; -EINVAL for NULL or a non-mem engine. */
 FOLIO_EXPORT int folio_engine_mem_clear_faults(struct folio_engine *e);
 
 /* Completion modes of the mem engine. */
@@ -411,48 +538,99 @@ enum folio_mem_mode {
 
 /**
  * folio_engine_mem_set_mode() - choose how requests complete.
- * @seed: seeds the pseudo-random order (reproducible runs).
- * Switching mode first finishes every held request.
- * Return: 0; -EINVAL; -EAGAIN when the thread cannot start.
+ * @e:    a mem engine.
+ * @mode: FOLIO_MEM_SYNC, FOLIO_MEM_POLL or FOLIO_MEM_THREAD.
+ * @seed: seeds the pseudo-random choices (which held requests complete
+ *        next, how many, the delays), so single-threaded POLL runs are
+ *        reproducible.
+ *
+ * Requests already held are first completed (by the caller, with the
+ * outcome decided when they were submitted); then the new mode applies.
+ * In POLL mode each wait() completes between one and all held requests,
+ * picked pseudo-randomly (several threads may wait() at once). In THREAD
+ * mode an engine thread completes one to four held requests at a time
+ * after delays of up to 100 us; wait() then sleeps until some request
+ * completes. Held requests' data moves when they complete, not when they
+ * are submitted, as with a device.
+ *
+ * Thread rules: may run while other threads submit and wait; one switch
+ * at a time; not from a completion delivered by the completion thread.
+ *
+ * Return: 0; -EINVAL for NULL, a non-mem engine or an unknown mode;
+ * -EBUSY while another switch runs; -EDEADLK from the completion thread;
+ * -EAGAIN when the thread cannot start (nothing changed then).
  */
 FOLIO_EXPORT int folio_engine_mem_set_mode(struct folio_engine *e,
 					   enum folio_mem_mode mode,
 					   uint64_t seed);
 
+/* Largest extent size of folio_engine_mem_set_map(). */
+#define FOLIO_MEM_MAX_EXTENT (UINT64_C(1) << 40)
+
 /**
- * folio_engine_mem_set_map() - give the mem engine a map() callback whose
- * extents are @extent_size bytes (a power of two >= 512; 0 removes map()).
- * With @scatter, extent pairs (2k, 2k+1) swap device places, so runs that
- * are contiguous in the file are not contiguous on the device.
- * Return: 0; -EINVAL.
+ * folio_engine_mem_set_map() - give the mem engine a map() callback.
+ * @e:           a mem engine.
+ * @extent_size: extent size, a power of two from 512 to
+ *               FOLIO_MEM_MAX_EXTENT; 0 removes map() again (then dev_pos
+ *               must equal pos).
+ * @scatter:     false: each extent sits at its own file position on the
+ *               device; true: extent pairs (2k, 2k+1) swap device places,
+ *               so runs that are contiguous in the file are not contiguous
+ *               on the device.
+ *
+ * map(pos) returns the extent holding pos (flags 0) and counts the call.
+ * Every request must then have the dev_pos the map gives its pos, and may
+ * run past the end of its first extent only where the device places stay
+ * contiguous (always without @scatter, never with it); otherwise it fails
+ * with -EIO and counts as misdirected. Peek and poke translate through the
+ * map too.
+ *
+ * Return: 0; -EINVAL for NULL, a non-mem engine, a bad @extent_size, or
+ * @scatter with @extent_size 0; -EBUSY while a mapping uses the engine (it
+ * may cache extents) or while the store is not empty (size > 0: data stays
+ * at its device position, so a new map would scramble it); -ENOMEM.
  */
 FOLIO_EXPORT int folio_engine_mem_set_map(struct folio_engine *e,
 					  uint64_t extent_size, bool scatter);
 
 struct folio_mem_stats {
-	size_t sz;
-	uint64_t read_requests, read_bytes;
-	uint64_t write_requests, write_bytes;
-	uint64_t flushes, truncates, map_calls;
-	uint64_t faults; /* requests a fault rule fired on */
+	size_t sz;            /* sizeof(struct folio_mem_stats) */
+	uint64_t read_requests, read_bytes;   /* requests accepted by */
+	uint64_t write_requests, write_bytes; /* submit(); bytes moved */
+	uint64_t flushes, truncates, map_calls; /* calls, faulted or not */
+	uint64_t faults; /* requests and calls a fault rule fired on */
 	uint64_t misdirected; /* requests whose dev_pos disagreed with the
 			       * engine's own map (failed with -EIO) */
 	uint64_t size;   /* current size of the backing object */
+	uint64_t inflight;  /* accepted requests not yet completed */
+	uint64_t mem_bytes; /* memory holding data (64 KiB chunks) */
 };
 
-/** folio_engine_mem_stats() - counters since creation. 0 / -EINVAL. */
+/**
+ * folio_engine_mem_stats() - counters since creation.
+ * @st: filled up to @st->sz bytes (set it to sizeof(*st); older, smaller
+ *      structs get the fields they have).
+ * Return: 0; -EINVAL for NULL, a non-mem engine, or @st->sz smaller than
+ * sizeof(size_t).
+ */
 FOLIO_EXPORT int folio_engine_mem_stats(struct folio_engine *e,
 					struct folio_mem_stats *st);
 
 /**
- * folio_engine_mem_peek() - copy backing-store bytes [pos, pos+len) (by
- * file position) into @buf, zeros past the size.
- * Return: 0; -EINVAL; -ERANGE beyond capacity.
+ * folio_engine_mem_peek() - copy backing-store bytes [pos, pos+len) (file
+ * positions, through the map) into @buf; zeros past the size.
+ * Return: 0; -EINVAL for NULL @e, a non-mem engine, or NULL @buf with
+ * @len > 0; -ERANGE when the range ends past the capacity or overflows.
  */
 FOLIO_EXPORT int folio_engine_mem_peek(struct folio_engine *e, void *buf,
 				       size_t len, uint64_t pos);
-/** folio_engine_mem_poke() - write backing-store bytes directly (to set up
- * a test); grows the size like a write. 0 / -EINVAL / -ERANGE / -ENOSPC. */
+/**
+ * folio_engine_mem_poke() - write backing-store bytes [pos, pos+len) (file
+ * positions, through the map) directly, to set up a test; grows the size
+ * like a write. Not counted in the stats; no faults.
+ * Return: 0; -EINVAL as for peek; -ERANGE when the range overflows;
+ * -ENOSPC when it ends past the capacity (nothing written); -ENOMEM.
+ */
 FOLIO_EXPORT int folio_engine_mem_poke(struct folio_engine *e,
 				       const void *buf, size_t len,
 				       uint64_t pos);
@@ -601,6 +779,90 @@ struct folio_mapping_stats {
 /** folio_mapping_stats() - fill @st (honouring st->sz). 0 / -EINVAL. */
 FOLIO_EXPORT int folio_mapping_stats(struct folio_mapping *m,
 				     struct folio_mapping_stats *st);
+
+/* ---- writeback and sync ---------------------------------------------- */
+
+/* struct folio_writeback_opts.flags */
+#define FOLIO_WB_WAIT 0x1u /* wait for folios already under writeback and
+			    * write them too, then wait for every request of
+			    * this pass to complete (data-integrity mode);
+			    * without it busy folios are skipped and the call
+			    * returns once its requests are submitted */
+
+struct folio_writeback_opts {
+	size_t sz;
+	uint64_t start;        /* first byte of the range */
+	uint64_t end;          /* end of the range (exclusive); 0: no end */
+	unsigned flags;        /* FOLIO_WB_* */
+	uint64_t budget;       /* stop after submitting this many bytes
+				* (0: no limit); whole folios are taken */
+	size_t max_request;    /* bytes per request; default 1 MiB */
+	unsigned max_segments; /* iovecs per request; default 256, max 1024 */
+	size_t merge_gap;      /* let up to this many bytes of clean,
+				* uptodate blocks between two dirty runs of
+				* a folio ride along so the runs become one
+				* request; default 0 (only dirty blocks are
+				* ever written) */
+};
+
+/**
+ * folio_mapping_writeback() - write dirty blocks in [start, end) back.
+ * Walks the folios tagged dirty in position order; for each: lock, set
+ * WRITEBACK, take its dirty runs (clearing them), clamp them to EOF and
+ * append them to the request being built when they continue it in file
+ * and device position within the limits, else submit it and start a new
+ * one. Dirty runs thus merge across folios. A failed or short write puts
+ * the dirty bits of the unwritten bytes back (unless the mapping has
+ * FOLIO_MAPPING_DROP_ON_ERROR) and records the error for sync().
+ * @opts: NULL for defaults (everything, no waiting).
+ *
+ * Return: bytes submitted (>= 0); -EINVAL for NULL @m, a bad @opts->sz,
+ * unknown flags, end < start, or max_segments > 1024. Write errors are not
+ * returned here: they are reported by folio_mapping_sync().
+ *
+ * Thread rules: may run concurrently with reads, writes and other
+ * writeback passes; a folio is never under two writes at once.
+ */
+FOLIO_EXPORT int64_t folio_mapping_writeback(
+	struct folio_mapping *m, const struct folio_writeback_opts *opts);
+
+/** An error cursor: each cursor sees each writeback error once. */
+typedef uint64_t folio_errseq_t;
+
+/**
+ * folio_mapping_err_cursor() - a cursor that will see every error recorded
+ * from now on (like a file descriptor opened now). 0 for NULL.
+ */
+FOLIO_EXPORT folio_errseq_t folio_mapping_err_cursor(struct folio_mapping *m);
+
+/**
+ * folio_mapping_sync() - make everything written before the call durable:
+ * write back all dirty data (waiting for folios already under writeback),
+ * wait for all in-flight writes, call the engine's flush(), and report the
+ * first error @cursor has not yet seen (advancing @cursor past it).
+ * Short writes are resubmitted within the call; data that still cannot be
+ * written stays dirty (default policy) and is reported.
+ * @cursor: from folio_mapping_err_cursor(); NULL uses the mapping's own
+ *          cursor, created with the mapping.
+ *
+ * Return: 0 means every byte written before the call is in the backing
+ * store and flushed; otherwise a negative errno (an I/O error recorded
+ * since the cursor last looked, or the flush's error); -EINVAL for NULL @m.
+ */
+FOLIO_EXPORT int folio_mapping_sync(struct folio_mapping *m,
+				    folio_errseq_t *cursor);
+
+/**
+ * folio_mapping_dirty_ranges() - call @fn(pos, len, @arg) for each maximal
+ * dirty byte range overlapping [start, end) (end 0: no end), merged across
+ * folios, in position order, without writing or changing anything. Ranges
+ * are whole blocks clamped to EOF.
+ * Return: 0; the first non-zero value @fn returned (iteration stops);
+ * -EINVAL for NULL @m or @fn, or end < start.
+ */
+FOLIO_EXPORT int folio_mapping_dirty_ranges(
+	struct folio_mapping *m, uint64_t start, uint64_t end,
+	int (*fn)(uint64_t pos, uint64_t len, void *arg), void *arg);
 
 #ifdef __cplusplus
 }

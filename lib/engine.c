@@ -87,18 +87,25 @@ void io_group_done(struct io_group *g, int error)
 		futex_wake_all(&g->pending);
 }
 
+void engine_wait_zero(struct folio_engine *e, atomic_uint *word)
+{
+	static const struct timespec backoff = {0, ENGINE_POLL_BACKOFF_NS};
+	unsigned v;
+	while ((v = atomic_load_explicit(word, memory_order_acquire))) {
+		if (!e->ops.wait) {
+			futex_wait(word, v);
+			continue;
+		}
+		e->ops.wait(e->ctx);
+		v = atomic_load_explicit(word, memory_order_acquire);
+		if (v)
+			futex_wait_for(word, v, &backoff);
+	}
+}
+
 int io_group_wait(struct io_group *g, struct folio_engine *e)
 {
-	unsigned v = atomic_fetch_sub_explicit(&g->pending, 1,
-					       memory_order_acq_rel) - 1;
-	while (v) {
-		/* A polled engine makes progress only when driven; an engine
-		 * with its own completion threads wakes us through the futex.
-		 * If wait() itself fails there is nothing better to do than
-		 * sleep until completions arrive some other way. */
-		if (!e->ops.wait || e->ops.wait(e->ctx) < 0)
-			futex_wait(&g->pending, v);
-		v = atomic_load_explicit(&g->pending, memory_order_acquire);
-	}
+	atomic_fetch_sub_explicit(&g->pending, 1, memory_order_acq_rel);
+	engine_wait_zero(e, &g->pending);
 	return atomic_load(&g->error);
 }

@@ -123,7 +123,8 @@ void folio_clear_flag_wake(struct folio *f, unsigned bit)
 		futex_wake_all(&f->flags);
 }
 
-void folio_wait_flag_clear(struct folio *f, unsigned bit)
+bool folio_wait_flag_clear_for(struct folio *f, unsigned bit,
+			       const struct timespec *timeout)
 {
 	unsigned v = atomic_load_explicit(&f->flags, memory_order_acquire);
 	while (v & bit) {
@@ -134,9 +135,17 @@ void folio_wait_flag_clear(struct folio *f, unsigned bit)
 				continue;
 			v |= FOLIO_F_WAITERS;
 		}
-		futex_wait(&f->flags, v);
+		futex_wait_for(&f->flags, v, timeout);
 		v = atomic_load_explicit(&f->flags, memory_order_acquire);
+		if (timeout)
+			break;
 	}
+	return !(v & bit);
+}
+
+void folio_wait_flag_clear(struct folio *f, unsigned bit)
+{
+	folio_wait_flag_clear_for(f, bit, NULL);
 }
 
 /* Atomically set `bit` if it is clear. */

@@ -294,3 +294,18 @@ int folio_take_dirty(struct folio *f, struct folio_range *runs,
 	spin_unlock(&f->state_lock);
 	return (int)taken;
 }
+
+void folio_count_blocks(struct folio *f, size_t *uptodate, size_t *dirty)
+{
+	if (!f->nblocks_minus1) {
+		unsigned flags = atomic_load(&f->flags);
+		*uptodate = (flags & FOLIO_F_UPTODATE) ? 1 : 0;
+		*dirty = (flags & FOLIO_F_DIRTY) ? 1 : 0;
+		return;
+	}
+	size_t n = folio_nblocks(f);
+	spin_lock(&f->state_lock);
+	*uptodate = bitmap_count(f->state, 0, n);
+	*dirty = bitmap_count(f->state, n, 2 * n);
+	spin_unlock(&f->state_lock);
+}

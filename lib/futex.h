@@ -12,13 +12,21 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
-/* Sleep while *word == expected (returns at once otherwise, or spuriously). */
-static inline void futex_wait(atomic_uint *word, unsigned expected)
+/* Sleep while *word == expected (returns at once otherwise, or spuriously,
+ * or after `timeout` when it is not NULL). */
+static inline void futex_wait_for(atomic_uint *word, unsigned expected,
+				  const struct timespec *timeout)
 {
 	syscall(SYS_futex, (unsigned *)word, FUTEX_WAIT_PRIVATE, expected,
-		NULL, NULL, 0);
+		timeout, NULL, 0);
+}
+
+static inline void futex_wait(atomic_uint *word, unsigned expected)
+{
+	futex_wait_for(word, expected, NULL);
 }
 
 static inline void futex_wake_all(atomic_uint *word)

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "folio_state.h"
 #include "spinlock.h"
@@ -77,11 +78,18 @@ static inline size_t folio_nblocks(const struct folio *f)
 int folio_alloc(struct folio **out, uint64_t pos, size_t size,
 		size_t block_size, bool zero);
 
+/* Number of uptodate and dirty blocks (statistics). */
+void folio_count_blocks(struct folio *f, size_t *uptodate, size_t *dirty);
+
 /* Flags word helpers. Waking is folded into clearing: whoever clears a bit
  * that someone may sleep on clears WAITERS with it and wakes everyone;
  * sleepers that still cannot proceed set WAITERS again. */
 void folio_clear_flag_wake(struct folio *f, unsigned bit);
 void folio_wait_flag_clear(struct folio *f, unsigned bit);
+/* As folio_wait_flag_clear() but gives up after `timeout` (NULL: never);
+ * returns whether the bit is clear. */
+bool folio_wait_flag_clear_for(struct folio *f, unsigned bit,
+			       const struct timespec *timeout);
 
 /* Range checks shared by every public entry point. */
 static inline int folio_check_range(const struct folio *f, size_t off,
@@ -143,5 +151,90 @@ void io_group_done(struct io_group *g, int error);
 /* Drop the submitter's bias and wait for every request, driving the
  * engine's wait() when it has one. Returns the first error or 0. */
 int io_group_wait(struct io_group *g, struct folio_engine *e);
+
+/* Sleep until *word is 0, where whoever brings it to 0 wakes it with
+ * futex_wake_all(). A polled engine is driven through its wait(); as
+ * wait() returns at once when the engine has nothing in flight (the last
+ * request may still be being built elsewhere), the loop then sleeps
+ * briefly instead of spinning. */
+void engine_wait_zero(struct folio_engine *e, atomic_uint *word);
+
+/* How long a waiter driving a polled engine sleeps between wait() calls
+ * that made no progress for it. */
+#define ENGINE_POLL_BACKOFF_NS 100000
+
+/* ---- helpers of the built-in engines -------------------------------- */
+
+#include <string.h>
+#include <sys/uio.h>
+
+/* Sanity check of a request handed to a built-in engine: a known op, an
+ * iovec array whose lengths add up to len, and a range below
+ * FOLIO_MAX_POS in file and device position (so offsets fit off_t and
+ * results fit ssize_t). */
+static inline int engine_check_io(const struct folio_io *io)
+{
+	if (!io || (io->op != FOLIO_IO_READ && io->op != FOLIO_IO_WRITE) ||
+	    io->iovcnt < 0 || (io->iovcnt && !io->iov) ||
+	    io->pos > FOLIO_MAX_POS || io->len > FOLIO_MAX_POS - io->pos ||
+	    io->dev_pos > FOLIO_MAX_POS ||
+	    io->len > FOLIO_MAX_POS - io->dev_pos)
+		return -EINVAL;
+	size_t sum = 0;
+	for (int i = 0; i < io->iovcnt; i++) {
+		size_t l = io->iov[i].iov_len;
+		if ((l && !io->iov[i].iov_base) || l > io->len - sum)
+			return -EINVAL;
+		sum += l;
+	}
+	return sum == io->len ? 0 : -EINVAL;
+}
+
+/* O_DIRECT rule: device position, length and every segment's base and
+ * length are multiples of @align. */
+static inline bool engine_io_aligned(const struct folio_io *io, size_t align)
+{
+	if ((io->dev_pos | io->len) & (align - 1))
+		return false;
+	for (int i = 0; i < io->iovcnt; i++)
+		if (((uintptr_t)io->iov[i].iov_base | io->iov[i].iov_len) &
+		    (align - 1))
+			return false;
+	return true;
+}
+
+/* Zero bytes [from, to) of the data an iovec array describes (a read that
+ * met end of file). */
+static inline void engine_iov_zero(const struct iovec *iov, int cnt,
+				   size_t from, size_t to)
+{
+	size_t at = 0;
+	for (int i = 0; i < cnt && at < to; i++) {
+		size_t l = iov[i].iov_len, s = MAX(from, at), e = MIN(to, at + l);
+		if (s < e)
+			memset((char *)iov[i].iov_base + (s - at), 0, e - s);
+		at += l;
+	}
+}
+
+/* Describe the data of @iov from byte @skip on in at most @max entries of
+ * @dst, leaving @iov untouched (it belongs to the caller). Returns the
+ * number of entries used (0 when nothing is left). */
+static inline int engine_iov_window(const struct iovec *iov, int cnt,
+				    size_t skip, struct iovec *dst, int max)
+{
+	int i = 0, n = 0;
+	while (i < cnt && skip >= iov[i].iov_len)
+		skip -= iov[i++].iov_len;
+	for (; i < cnt && n < max; i++) {
+		if (iov[i].iov_len <= skip)
+			continue;
+		dst[n].iov_base = (char *)iov[i].iov_base + skip;
+		dst[n].iov_len = iov[i].iov_len - skip;
+		skip = 0;
+		n++;
+	}
+	return n;
+}
 
 #endif

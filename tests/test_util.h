@@ -23,6 +23,11 @@ static inline uint64_t test_rand_below(uint64_t *state, uint64_t n)
 	return test_rand(state) % n;
 }
 
+static inline uint64_t test_min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
 /* The seed for randomized tests: $FOLIO_TEST_SEED if set, else derived
  * from the time. Always printed so any failure can be replayed. */
 uint64_t test_seed(const char *test_name);

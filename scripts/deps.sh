@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install the Debian packages the build and tests need, if any is missing.
+# Sourced by demo.sh and test.sh; safe to run repeatedly.
+set -euo pipefail
+
+FOLIO_PACKAGES=(meson ninja-build pkg-config gcc g++ clang libclang-rt-14-dev
+                libcmocka-dev liburing-dev valgrind gnuplot-nox)
+
+missing=()
+for p in "${FOLIO_PACKAGES[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+		missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "installing: ${missing[*]}"
+	SUDO=""
+	[ "$(id -u)" -eq 0 ] || SUDO=sudo
+	export DEBIAN_FRONTEND=noninteractive
+	$SUDO apt-get update -qq
+	$SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi

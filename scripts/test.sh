@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Build and run the whole test suite the way CI does:
+#   1. gcc, plain                      (meson test)
+#   2. the same build under valgrind   (meson test --setup valgrind)
+#   3. gcc, ASan + UBSan               (meson test)
+#   4. clang, TSan                     (meson test --suite threads)
+# Each build compiles with -Werror. FOLIO_TEST_SEED=N replays a randomized
+# test's seed (every randomized test prints the one it used).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+
+step() { printf '\n==== %s ====\n' "$*"; }
+
+setup() { # dir, then meson options
+	local dir=$1; shift
+	[ -f "$dir/build.ninja" ] || meson setup "$dir" "$@" >/dev/null
+	ninja -C "$dir"
+}
+
+step "gcc build + tests"
+setup build/gcc
+meson test -C build/gcc --print-errorlogs
+
+step "valgrind (memcheck, leaks fail)"
+meson test -C build/gcc --setup valgrind --print-errorlogs --no-suite install
+
+step "gcc ASan + UBSan"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	setup build/asan -Db_sanitize=address,undefined -Db_lundef=false
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	meson test -C build/asan --print-errorlogs --no-suite install
+
+step "clang TSan (thread tests)"
+CC=clang CXX=clang++ setup build/tsan -Db_sanitize=thread -Db_lundef=false
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	meson test -C build/tsan --suite threads --print-errorlogs
+
+step "all test runs passed"
