@@ -1,0 +1,880 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * White-box tests of lib/index.c.
+ *
+ * The core is a randomized model test: a sorted array of (first, order,
+ * entry, tags) records is the reference, and every index answer (insert
+ * errors, lookups, whole find/find_tagged sequences over random windows,
+ * tags) must match it. Keys are drawn from narrow regions so that inserts
+ * of mixed orders collide often, and the regions sit at key 0, around
+ * 2^30, just below 2^53 (file positions near 2^62 with 512-byte folios)
+ * and at the very top of the key space. index_verify() checks the
+ * structural invariants (presence words, tag summaries, canonical height,
+ * counts) along the way.
+ *
+ * Entries are fake pointers (the index never dereferences them) except in
+ * the threaded test, whose readers check what they find against the entry.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "index.h"
+#include "test_util.h"
+
+#define SPAN(order) (UINT64_C(1) << (order))
+
+static void *fake(uint64_t n)
+{
+	return (void *)(uintptr_t)((n + 1) << 4);
+}
+
+static void check_verify(const struct fs_index *idx)
+{
+	int err = index_verify(idx);
+	if (err)
+		fail_msg("index_verify failed at index.c line %d", -err);
+}
+
+/* ---- fixed cases ------------------------------------------------------ */
+
+static void test_empty(void **state)
+{
+	struct fs_index idx;
+	uint64_t key = 0;
+	unsigned order = 99;
+
+	index_init(&idx);
+	assert_null(index_lookup(&idx, 0));
+	assert_null(index_lookup(&idx, UINT64_MAX));
+	assert_null(index_find(&idx, &key, UINT64_MAX, &order));
+	assert_null(index_find_tagged(&idx, &key, UINT64_MAX,
+				      INDEX_TAG_DIRTY, &order));
+	assert_int_equal(key, 0);
+	assert_int_equal(order, 99);
+	assert_null(index_remove(&idx, 0, 0));
+	assert_int_equal(index_tag_set(&idx, 0, 0, INDEX_TAG_DIRTY), -ENOENT);
+	assert_int_equal(index_tag_clear(&idx, 0, 0, INDEX_TAG_DIRTY), -ENOENT);
+	assert_false(index_tag_get(&idx, 0, INDEX_TAG_DIRTY));
+	assert_false(index_any_tagged(&idx, INDEX_TAG_DIRTY));
+	assert_false(index_any_tagged(&idx, INDEX_TAG_WRITEBACK));
+	assert_int_equal(index_count(&idx), 0);
+	assert_int_equal(index_node_count(&idx), 0);
+	check_verify(&idx);
+	index_destroy(&idx);
+	index_destroy(&idx); /* idempotent on an empty index */
+}
+
+static void test_bad_input(void **state)
+{
+	struct fs_index idx;
+	index_init(&idx);
+
+	assert_int_equal(index_insert(&idx, 0, 0, NULL), -EINVAL);
+	assert_int_equal(index_insert(&idx, 0, 0, (void *)(uintptr_t)0x1001),
+			 -EINVAL);
+	assert_int_equal(index_insert(&idx, 0, 0, (void *)(uintptr_t)0x1002),
+			 -EINVAL);
+	assert_int_equal(index_insert(&idx, 0, 0, (void *)(uintptr_t)0x1003),
+			 -EINVAL);
+	assert_int_equal(index_insert(&idx, 0, INDEX_MAX_ORDER + 1, fake(1)),
+			 -EINVAL);
+	assert_int_equal(index_insert(&idx, 1, 1, fake(1)), -EINVAL);
+	assert_int_equal(index_insert(&idx, 4096 + 512, 10, fake(1)), -EINVAL);
+	/* The exclusive end must fit in 64 bits. */
+	assert_int_equal(index_insert(&idx, UINT64_MAX, 0, fake(1)), -EINVAL);
+	assert_int_equal(index_insert(&idx, UINT64_MAX - SPAN(20) + 1, 20,
+				      fake(1)), -EINVAL);
+	assert_int_equal(index_count(&idx), 0);
+	assert_int_equal(index_node_count(&idx), 0);
+
+	assert_int_equal(index_insert(&idx, 64, 6, fake(1)), 0);
+	assert_int_equal(index_tag_set(&idx, 64, 6, INDEX_TAG_COUNT), -EINVAL);
+	assert_int_equal(index_tag_set(&idx, 65, 6, INDEX_TAG_DIRTY), -EINVAL);
+	assert_int_equal(index_tag_set(&idx, 64, 21, INDEX_TAG_DIRTY), -EINVAL);
+	assert_int_equal(index_tag_clear(&idx, 64, 6, INDEX_TAG_COUNT), -EINVAL);
+	assert_false(index_tag_get(&idx, 64, INDEX_TAG_COUNT));
+	assert_false(index_any_tagged(&idx, INDEX_TAG_COUNT));
+	uint64_t key = 0;
+	assert_null(index_find_tagged(&idx, &key, UINT64_MAX, INDEX_TAG_COUNT,
+				      NULL));
+	assert_null(index_remove(&idx, 64, 21));
+	assert_null(index_remove(&idx, 65, 0));
+	/* find with key > last finds nothing, even inside an entry. */
+	key = 100;
+	assert_null(index_find(&idx, &key, 99, NULL));
+	check_verify(&idx);
+	index_destroy(&idx);
+}
+
+static void test_edges(void **state)
+{
+	struct fs_index idx;
+	uint64_t key;
+	unsigned order;
+	const uint64_t k53 = UINT64_C(1) << 53;
+
+	index_init(&idx);
+	assert_int_equal(index_insert(&idx, 0, 0, fake(0)), 0);
+	assert_int_equal(index_node_count(&idx), 1);
+	assert_ptr_equal(index_lookup(&idx, 0), fake(0));
+	assert_null(index_lookup(&idx, 1));
+	assert_int_equal(index_insert(&idx, 0, 0, fake(9)), -EEXIST);
+	assert_int_equal(index_insert(&idx, 0, 5, fake(9)), -EEXIST);
+
+	/* Order 20 near the top of a 2^53 key space and at the very top. */
+	assert_int_equal(index_insert(&idx, k53 - SPAN(20), 20, fake(1)), 0);
+	assert_int_equal(index_insert(&idx, UINT64_MAX - 2 * SPAN(20) + 1, 20,
+				      fake(2)), 0);
+	assert_int_equal(index_insert(&idx, UINT64_MAX - 1, 0, fake(3)), 0);
+	assert_int_equal(index_insert(&idx, UINT64_MAX - 3, 1, fake(4)), 0);
+	assert_int_equal(index_insert(&idx, k53 - 1, 0, fake(9)), -EEXIST);
+	assert_int_equal(index_insert(&idx, k53 - SPAN(12), 12, fake(9)),
+			 -EEXIST);
+	assert_int_equal(index_insert(&idx, k53 - SPAN(21), 20, fake(5)), 0);
+	assert_int_equal(index_insert(&idx, k53, 0, fake(6)), 0);
+	check_verify(&idx);
+
+	assert_ptr_equal(index_lookup(&idx, k53 - 1), fake(1));
+	assert_ptr_equal(index_lookup(&idx, k53 - SPAN(20)), fake(1));
+	assert_ptr_equal(index_lookup(&idx, k53 - SPAN(20) - 1), fake(5));
+	assert_ptr_equal(index_lookup(&idx, k53 - SPAN(21)), fake(5));
+	assert_null(index_lookup(&idx, k53 - SPAN(21) - 1));
+	assert_ptr_equal(index_lookup(&idx, k53), fake(6));
+	assert_null(index_lookup(&idx, k53 + 1));
+	assert_ptr_equal(index_lookup(&idx, UINT64_MAX - 1), fake(3));
+	assert_null(index_lookup(&idx, UINT64_MAX));
+	assert_ptr_equal(index_lookup(&idx, UINT64_MAX - 2), fake(4));
+	assert_null(index_lookup(&idx, UINT64_MAX - 4));
+	assert_ptr_equal(index_lookup(&idx, UINT64_MAX - SPAN(20)), fake(2));
+	assert_null(index_lookup(&idx, UINT64_MAX - SPAN(20) + 1));
+	assert_ptr_equal(index_lookup(&idx, UINT64_MAX - 2 * SPAN(20) + 1),
+			 fake(2));
+
+	/* find from the middle of an entry reports the whole entry. */
+	key = k53 - 12345;
+	assert_ptr_equal(index_find(&idx, &key, k53 - 12345, &order), fake(1));
+	assert_int_equal(key, k53 - SPAN(20));
+	assert_int_equal(order, 20);
+	key = UINT64_MAX - 2;
+	assert_ptr_equal(index_find(&idx, &key, UINT64_MAX, &order), fake(4));
+	assert_int_equal(key, UINT64_MAX - 3);
+	assert_int_equal(order, 1);
+	key += SPAN(order);
+	assert_ptr_equal(index_find(&idx, &key, UINT64_MAX, &order), fake(3));
+	assert_int_equal(key, UINT64_MAX - 1);
+	assert_int_equal(order, 0);
+	key += SPAN(order);
+	assert_int_equal(key, UINT64_MAX);
+	assert_null(index_find(&idx, &key, UINT64_MAX, &order));
+
+	/* Tags at both ends of the key space. */
+	assert_int_equal(index_tag_set(&idx, UINT64_MAX - 1, 0,
+				       INDEX_TAG_WRITEBACK), 0);
+	assert_int_equal(index_tag_set(&idx, 0, 0, INDEX_TAG_WRITEBACK), 0);
+	assert_int_equal(index_tag_set(&idx, k53 - SPAN(20), 20,
+				       INDEX_TAG_DIRTY), 0);
+	assert_true(index_tag_get(&idx, k53 - 1, INDEX_TAG_DIRTY));
+	assert_false(index_tag_get(&idx, k53 - 1, INDEX_TAG_WRITEBACK));
+	assert_false(index_tag_get(&idx, k53, INDEX_TAG_DIRTY));
+	key = 1;
+	assert_ptr_equal(index_find_tagged(&idx, &key, UINT64_MAX,
+					   INDEX_TAG_WRITEBACK, &order),
+			 fake(3));
+	assert_int_equal(key, UINT64_MAX - 1);
+	key = 0;
+	assert_ptr_equal(index_find_tagged(&idx, &key, UINT64_MAX,
+					   INDEX_TAG_WRITEBACK, &order),
+			 fake(0));
+	key = k53 - 77;
+	assert_ptr_equal(index_find_tagged(&idx, &key, k53 - 77,
+					   INDEX_TAG_DIRTY, &order), fake(1));
+	assert_int_equal(key, k53 - SPAN(20));
+	check_verify(&idx);
+
+	assert_int_equal(index_count(&idx), 7);
+	assert_ptr_equal(index_remove(&idx, UINT64_MAX - 1, 0), fake(3));
+	assert_ptr_equal(index_remove(&idx, UINT64_MAX - 3, 1), fake(4));
+	assert_ptr_equal(index_remove(&idx, UINT64_MAX - 2 * SPAN(20) + 1, 20),
+			 fake(2));
+	check_verify(&idx);
+	/* The top entries are gone: the root came down to cover 2^53. */
+	assert_int_equal(idx.shift, 48);
+	assert_false(index_tag_get(&idx, UINT64_MAX - 1, INDEX_TAG_WRITEBACK));
+	assert_true(index_any_tagged(&idx, INDEX_TAG_WRITEBACK));
+	assert_ptr_equal(index_remove(&idx, 0, 0), fake(0));
+	assert_false(index_any_tagged(&idx, INDEX_TAG_WRITEBACK));
+	assert_true(index_any_tagged(&idx, INDEX_TAG_DIRTY));
+	assert_int_equal(index_tag_clear(&idx, k53 - SPAN(20), 20,
+					 INDEX_TAG_DIRTY), 0);
+	assert_false(index_any_tagged(&idx, INDEX_TAG_DIRTY));
+	check_verify(&idx);
+	index_destroy(&idx);
+	assert_int_equal(index_node_count(&idx), 0);
+}
+
+/* Entries stored in the root itself, growth above them, and shrinking. */
+static void test_root_level_growth_shrink(void **state)
+{
+	struct fs_index idx;
+	uint64_t key;
+	unsigned order;
+
+	index_init(&idx);
+	assert_int_equal(index_insert(&idx, 5, 0, fake(0)), 0);
+	assert_int_equal(idx.shift, 0);
+	assert_int_equal(index_node_count(&idx), 1);
+	/* Ranges above the root that contain it conflict before growing. */
+	assert_int_equal(index_insert(&idx, 0, 6, fake(9)), -EEXIST);
+	assert_int_equal(index_insert(&idx, 0, 13, fake(9)), -EEXIST);
+	assert_int_equal(index_insert(&idx, 0, 20, fake(9)), -EEXIST);
+	assert_int_equal(idx.shift, 0);
+	assert_int_equal(index_node_count(&idx), 1);
+	check_verify(&idx);
+	/* Order 6 needs level 6: the tree grows and the entry lands in the
+	 * new root's slot 1. */
+	assert_int_equal(index_insert(&idx, 64, 6, fake(1)), 0);
+	assert_int_equal(idx.shift, 6);
+	assert_int_equal(index_node_count(&idx), 2);
+	/* 32 slots of the root for one order-11 entry. */
+	assert_int_equal(index_insert(&idx, 2048, 11, fake(2)), 0);
+	assert_int_equal(index_node_count(&idx), 2);
+	assert_int_equal(index_insert(&idx, 0, 6, fake(9)), -EEXIST);
+	assert_int_equal(index_insert(&idx, 0, 11, fake(9)), -EEXIST);
+	assert_int_equal(index_insert(&idx, 3000, 0, fake(9)), -EEXIST);
+	assert_int_equal(index_insert(&idx, 2048 + 1024, 10, fake(9)), -EEXIST);
+	assert_int_equal(index_insert(&idx, 1024, 10, fake(3)), 0);
+	check_verify(&idx);
+	assert_ptr_equal(index_lookup(&idx, 4095), fake(2));
+	assert_ptr_equal(index_lookup(&idx, 1024 + 700), fake(3));
+	assert_ptr_equal(index_lookup(&idx, 127), fake(1));
+	assert_null(index_lookup(&idx, 4096));
+	assert_null(index_lookup(&idx, 4));
+
+	/* Tags on multi-slot root entries. */
+	assert_int_equal(index_tag_set(&idx, 2048, 11, INDEX_TAG_DIRTY), 0);
+	assert_true(index_tag_get(&idx, 2048 + 999, INDEX_TAG_DIRTY));
+	key = 3000;
+	assert_ptr_equal(index_find_tagged(&idx, &key, 3000, INDEX_TAG_DIRTY,
+					   &order), fake(2));
+	assert_int_equal(key, 2048);
+	assert_int_equal(order, 11);
+	key = 0;
+	assert_ptr_equal(index_find_tagged(&idx, &key, UINT64_MAX,
+					   INDEX_TAG_DIRTY, &order), fake(2));
+
+	/* A wrong order or a key inside is not "the entry at that range". */
+	assert_null(index_remove(&idx, 2048, 10));
+	assert_null(index_remove(&idx, 2048, 12));
+	assert_null(index_remove(&idx, 2048 + 1024, 10));
+	assert_null(index_remove(&idx, 64, 0));
+	assert_null(index_remove(&idx, 4, 0));
+	assert_null(index_remove(&idx, 0, 6));
+	assert_null(index_remove(&idx, 1u << 20, 0));
+	assert_null(index_remove(&idx, UINT64_MAX - 1, 0));
+	assert_int_equal(index_tag_set(&idx, 2048, 10, INDEX_TAG_DIRTY),
+			 -ENOENT);
+	assert_int_equal(index_count(&idx), 4);
+	check_verify(&idx);
+
+	/* A far key lifts the root several levels... */
+	assert_int_equal(index_insert(&idx, UINT64_C(1) << 40, 3, fake(4)), 0);
+	assert_int_equal(idx.shift, 36);
+	check_verify(&idx);
+	assert_ptr_equal(index_lookup(&idx, (UINT64_C(1) << 40) + 7), fake(4));
+	assert_ptr_equal(index_lookup(&idx, 5), fake(0));
+	/* ...and removing it brings it back down. */
+	assert_ptr_equal(index_remove(&idx, UINT64_C(1) << 40, 3), fake(4));
+	assert_int_equal(idx.shift, 6);
+	assert_int_equal(index_node_count(&idx), 2);
+	check_verify(&idx);
+
+	assert_ptr_equal(index_remove(&idx, 2048, 11), fake(2));
+	assert_false(index_any_tagged(&idx, INDEX_TAG_DIRTY));
+	assert_ptr_equal(index_remove(&idx, 64, 6), fake(1));
+	assert_ptr_equal(index_remove(&idx, 1024, 10), fake(3));
+	/* Only the leaf under slot 0 is left: it becomes the root. */
+	assert_int_equal(idx.shift, 0);
+	assert_int_equal(index_node_count(&idx), 1);
+	check_verify(&idx);
+	assert_ptr_equal(index_remove(&idx, 5, 0), fake(0));
+	assert_int_equal(index_node_count(&idx), 0);
+	assert_null(idx.root);
+	check_verify(&idx);
+
+	/* A first insert far away builds the whole chain at once. */
+	assert_int_equal(index_insert(&idx, UINT64_C(1) << 52, 0, fake(5)), 0);
+	assert_int_equal(idx.shift, 48);
+	assert_int_equal(index_node_count(&idx), 9);
+	assert_int_equal(index_insert(&idx, 0, 20, fake(6)), 0);
+	check_verify(&idx);
+	assert_ptr_equal(index_lookup(&idx, SPAN(20) - 1), fake(6));
+	index_destroy(&idx);
+}
+
+/* Every allocation of an insert can fail; nothing may change when it does. */
+static void test_enomem(void **state)
+{
+	static const struct {
+		uint64_t first;
+		unsigned order;
+	} cases[] = {
+		{ 0, 0 },                        /* empty tree: whole chain */
+		{ UINT64_C(1) << 50, 0 },        /* growth + new path */
+		{ (UINT64_C(1) << 50) + 64, 0 }, /* a new leaf only */
+		{ UINT64_C(1) << 30, 20 },       /* new branch to level 18 */
+		{ UINT64_MAX - 1, 0 },           /* growth to level 60 */
+		{ 4096, 12 },                    /* level 12 under the root */
+	};
+	struct fs_index idx;
+
+	index_init(&idx);
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		size_t nodes = index_node_count(&idx);
+		unsigned shift = idx.shift;
+		unsigned fail;
+		int err = -ENOMEM;
+
+		for (fail = 1; err == -ENOMEM; fail++) {
+			index_debug_fail_alloc = fail;
+			err = index_insert(&idx, cases[c].first, cases[c].order,
+					   fake(c));
+			if (err == -ENOMEM) {
+				assert_int_equal(index_node_count(&idx), nodes);
+				assert_int_equal(idx.shift, shift);
+				assert_int_equal(index_count(&idx), c);
+				assert_null(index_lookup(&idx, cases[c].first));
+				check_verify(&idx);
+			}
+		}
+		index_debug_fail_alloc = 0;
+		assert_int_equal(err, 0);
+		/* fail - 2 allocations succeeded before the one that failed
+		 * last time; the successful run used exactly that many. */
+		assert_int_equal(index_node_count(&idx) - nodes, fail - 2);
+		assert_ptr_equal(index_lookup(&idx, cases[c].first), fake(c));
+		check_verify(&idx);
+	}
+	index_destroy(&idx);
+}
+
+/* ---- randomized model test -------------------------------------------- */
+
+struct rec {
+	uint64_t first;
+	unsigned order;
+	unsigned tags;
+	void *entry;
+};
+
+struct model {
+	struct rec *r;
+	size_t n, cap;
+};
+
+static uint64_t rec_last(const struct rec *r)
+{
+	return r->first + (SPAN(r->order) - 1);
+}
+
+/* Index of the last record with first <= key, or -1. */
+static long model_floor(const struct model *m, uint64_t key)
+{
+	long lo = 0, hi = (long)m->n - 1, ans = -1;
+	while (lo <= hi) {
+		long mid = lo + (hi - lo) / 2;
+		if (m->r[mid].first <= key) {
+			ans = mid;
+			lo = mid + 1;
+		} else {
+			hi = mid - 1;
+		}
+	}
+	return ans;
+}
+
+static long model_covering(const struct model *m, uint64_t key)
+{
+	long i = model_floor(m, key);
+	return i >= 0 && rec_last(&m->r[i]) >= key ? i : -1;
+}
+
+static bool model_overlaps(const struct model *m, uint64_t a, uint64_t b)
+{
+	long i = model_floor(m, b);
+	return i >= 0 && rec_last(&m->r[i]) >= a;
+}
+
+static long model_exact(const struct model *m, uint64_t first,
+			unsigned order)
+{
+	long i = model_floor(m, first);
+	return i >= 0 && m->r[i].first == first && m->r[i].order == order ? i
+									  : -1;
+}
+
+static void model_insert(struct model *m, const struct rec *r)
+{
+	if (m->n == m->cap) {
+		m->cap = m->cap ? 2 * m->cap : 256;
+		m->r = realloc(m->r, m->cap * sizeof(*m->r));
+		assert_non_null(m->r);
+	}
+	size_t at = (size_t)(model_floor(m, r->first) + 1);
+	memmove(&m->r[at + 1], &m->r[at], (m->n - at) * sizeof(*m->r));
+	m->r[at] = *r;
+	m->n++;
+}
+
+static void model_delete(struct model *m, size_t i)
+{
+	memmove(&m->r[i], &m->r[i + 1], (m->n - i - 1) * sizeof(*m->r));
+	m->n--;
+}
+
+static const uint64_t region_base[] = {
+	0,
+	UINT64_C(1) << 30,
+	(UINT64_C(1) << 53) - (UINT64_C(1) << 16),
+	UINT64_MAX - (UINT64_C(1) << 16) + 1,
+};
+#define NREGIONS (sizeof(region_base) / sizeof(region_base[0]))
+#define REGION_KEYS (UINT64_C(1) << 16)
+
+static uint64_t rand_key(uint64_t *rng)
+{
+	uint64_t base = region_base[test_rand_below(rng, NREGIONS)];
+	/* A few keys just outside the regions too. */
+	if (test_rand_below(rng, 50) == 0)
+		return base - 1 - test_rand_below(rng, 100);
+	return base + test_rand_below(rng, REGION_KEYS);
+}
+
+static unsigned rand_order(uint64_t *rng)
+{
+	uint64_t r = test_rand_below(rng, 100);
+	if (r < 55)
+		return (unsigned)test_rand_below(rng, 4);
+	if (r < 90)
+		return 4 + (unsigned)test_rand_below(rng, 5);
+	return 9 + (unsigned)test_rand_below(rng, 4);
+}
+
+static void check_window(const struct fs_index *idx, const struct model *m,
+			 uint64_t start, uint64_t last, int tag)
+{
+	uint64_t key = start;
+	long i = model_floor(m, start);
+	if (i < 0 || rec_last(&m->r[i]) < start)
+		i++;
+	for (;;) {
+		/* Next model record in the window carrying the tag. */
+		while (i < (long)m->n && m->r[i].first <= last && tag >= 0 &&
+		       !(m->r[i].tags & (1u << tag)))
+			i++;
+		bool more = i < (long)m->n && m->r[i].first <= last &&
+			    key <= last;
+		unsigned order = 99;
+		uint64_t k = key;
+		void *e = tag < 0 ? index_find(idx, &k, last, &order)
+				  : index_find_tagged(idx, &k, last,
+						      (unsigned)tag, &order);
+		if (!more) {
+			if (e)
+				fail_msg("window [%llu, %llu] tag %d: extra "
+					 "entry at %llu",
+					 (unsigned long long)start,
+					 (unsigned long long)last, tag,
+					 (unsigned long long)k);
+			assert_int_equal(k, key);
+			return;
+		}
+		assert_ptr_equal(e, m->r[i].entry);
+		assert_int_equal(k, m->r[i].first);
+		assert_int_equal(order, m->r[i].order);
+		key = k + SPAN(order);
+		i++;
+		if (key > last || key == 0)
+			return;
+	}
+}
+
+static void test_model(void **state)
+{
+	uint64_t rng = test_seed("index_model");
+	unsigned ops = test_iters(200000, 15000);
+	struct model m = { 0 };
+	struct fs_index idx;
+	uint64_t serial = 0;
+	unsigned counts[8] = { 0 };
+
+	index_init(&idx);
+	for (unsigned op = 0; op < ops; op++) {
+		uint64_t r = test_rand_below(&rng, 100);
+		if (r < 35) {
+			/* Insert, often overlapping. */
+			unsigned order = rand_order(&rng);
+			uint64_t first = rand_key(&rng) & ~(SPAN(order) - 1);
+			struct rec rc = { first, order, 0, fake(serial++) };
+			int want;
+			if (first > UINT64_MAX - SPAN(order))
+				want = -EINVAL;
+			else if (model_overlaps(&m, first, rec_last(&rc)))
+				want = -EEXIST;
+			else
+				want = 0;
+			int got = index_insert(&idx, first, order, rc.entry);
+			if (got != want)
+				fail_msg("insert %llu order %u: got %d want %d",
+					 (unsigned long long)first, order, got,
+					 want);
+			if (!got)
+				model_insert(&m, &rc);
+			counts[want == 0 ? 0 : want == -EEXIST ? 1 : 2]++;
+		} else if (r < 50) {
+			uint64_t first;
+			unsigned order;
+			if (m.n && test_rand_below(&rng, 10) < 7) {
+				size_t i = test_rand_below(&rng, m.n);
+				first = m.r[i].first;
+				order = m.r[i].order;
+				/* Sometimes the right start, wrong order. */
+				if (test_rand_below(&rng, 5) == 0 && order)
+					order--;
+			} else {
+				order = rand_order(&rng);
+				first = rand_key(&rng) & ~(SPAN(order) - 1);
+			}
+			long i = model_exact(&m, first, order);
+			void *got = index_remove(&idx, first, order);
+			if (i < 0) {
+				assert_null(got);
+			} else {
+				assert_ptr_equal(got, m.r[i].entry);
+				model_delete(&m, (size_t)i);
+				counts[3]++;
+			}
+		} else if (r < 65) {
+			for (unsigned k = 0; k < 20; k++) {
+				uint64_t key = rand_key(&rng);
+				long i = model_covering(&m, key);
+				void *got = index_lookup(&idx, key);
+				assert_ptr_equal(got, i < 0 ? NULL : m.r[i].entry);
+				for (unsigned t = 0; t < INDEX_TAG_COUNT; t++) {
+					bool want = i >= 0 &&
+						    (m.r[i].tags & (1u << t));
+					assert_int_equal(
+						index_tag_get(&idx, key, t),
+						want);
+				}
+			}
+		} else if (r < 73) {
+			uint64_t start = rand_key(&rng);
+			uint64_t last;
+			switch (test_rand_below(&rng, 4)) {
+			case 0:
+				last = start;
+				break;
+			case 1:
+				last = start + test_rand_below(&rng, 5000);
+				break;
+			case 2:
+				last = start + test_rand_below(&rng, 1u << 17);
+				break;
+			default:
+				last = UINT64_MAX;
+				break;
+			}
+			if (last < start)
+				last = UINT64_MAX;
+			int tag = (int)test_rand_below(&rng,
+						       INDEX_TAG_COUNT + 1) - 1;
+			check_window(&idx, &m, start, last, tag);
+			counts[4]++;
+		} else if (r < 88) {
+			if (!m.n)
+				continue;
+			size_t i = test_rand_below(&rng, m.n);
+			unsigned t = (unsigned)test_rand_below(&rng,
+							       INDEX_TAG_COUNT);
+			assert_int_equal(index_tag_set(&idx, m.r[i].first,
+						       m.r[i].order, t), 0);
+			m.r[i].tags |= 1u << t;
+			counts[5]++;
+		} else if (r < 97) {
+			if (!m.n)
+				continue;
+			size_t i = test_rand_below(&rng, m.n);
+			unsigned t = (unsigned)test_rand_below(&rng,
+							       INDEX_TAG_COUNT);
+			assert_int_equal(index_tag_clear(&idx, m.r[i].first,
+							 m.r[i].order, t), 0);
+			m.r[i].tags &= ~(1u << t);
+			counts[6]++;
+		} else {
+			/* Tag calls on ranges that are not an entry. */
+			unsigned order = rand_order(&rng);
+			uint64_t first = rand_key(&rng) & ~(SPAN(order) - 1);
+			if (first > UINT64_MAX - SPAN(order) ||
+			    model_exact(&m, first, order) >= 0)
+				continue;
+			assert_int_equal(index_tag_set(&idx, first, order, 0),
+					 -ENOENT);
+			assert_int_equal(index_tag_clear(&idx, first, order, 1),
+					 -ENOENT);
+		}
+		if (op % 512 == 0 || op == ops - 1) {
+			check_verify(&idx);
+			assert_int_equal(index_count(&idx), m.n);
+			for (unsigned t = 0; t < INDEX_TAG_COUNT; t++) {
+				bool any = false;
+				for (size_t i = 0; i < m.n; i++)
+					any |= (m.r[i].tags >> t) & 1;
+				assert_int_equal(index_any_tagged(&idx, t), any);
+				check_window(&idx, &m, 0, UINT64_MAX, (int)t);
+			}
+			check_window(&idx, &m, 0, UINT64_MAX, -1);
+		}
+	}
+	printf("# model: %u inserted, %u EEXIST, %u EINVAL, %u removed, "
+	       "%u windows, %u tag sets, %u tag clears; %zu entries, %zu "
+	       "nodes at the end\n",
+	       counts[0], counts[1], counts[2], counts[3], counts[4],
+	       counts[5], counts[6], m.n, index_node_count(&idx));
+	assert_true(counts[0] > 100 && counts[1] > 100);
+
+	/* Drain in random order; the tree must vanish. */
+	while (m.n) {
+		size_t i = test_rand_below(&rng, m.n);
+		assert_ptr_equal(index_remove(&idx, m.r[i].first, m.r[i].order),
+				 m.r[i].entry);
+		model_delete(&m, i);
+		if (m.n % 256 == 0)
+			check_verify(&idx);
+	}
+	assert_int_equal(index_node_count(&idx), 0);
+	assert_null(idx.root);
+	free(m.r);
+	index_destroy(&idx);
+}
+
+/* ---- threads ---------------------------------------------------------- */
+
+/*
+ * The mapping's locking: readers and taggers under the read lock, a
+ * writer that inserts, removes and clears tags under the write lock.
+ * Workers count failures instead of asserting (cmocka is not
+ * thread-safe); the main thread checks the counts.
+ */
+struct tentry {
+	uint64_t first;
+	unsigned order;
+	bool present; /* changed under the write lock */
+};
+
+#define T_ENTRIES 2048u
+#define T_READERS 3
+#define T_TAGGERS 2
+
+struct tshared {
+	struct fs_index idx;
+	pthread_rwlock_t lock;
+	struct tentry ent[T_ENTRIES];
+	atomic_uint errors;
+	atomic_bool stop;
+	unsigned iters;
+	uint64_t seed;
+};
+
+static void terr(struct tshared *s, const char *what)
+{
+	if (atomic_fetch_add(&s->errors, 1) < 5)
+		fprintf(stderr, "thread check failed: %s\n", what);
+}
+
+static bool covers(const struct tentry *e, uint64_t key)
+{
+	return key >= e->first && key - e->first < SPAN(e->order);
+}
+
+static void *reader(void *arg)
+{
+	struct tshared *s = arg;
+	uint64_t rng = s->seed ^ (uint64_t)(uintptr_t)&rng;
+	const uint64_t keys = T_ENTRIES * 64;
+
+	while (!atomic_load(&s->stop)) {
+		pthread_rwlock_rdlock(&s->lock);
+		for (unsigned k = 0; k < 64; k++) {
+			uint64_t key = test_rand_below(&rng, keys);
+			struct tentry *e = index_lookup(&s->idx, key);
+			if (e && !covers(e, key))
+				terr(s, "lookup returned a wrong entry");
+		}
+		unsigned tag = (unsigned)test_rand_below(&rng, INDEX_TAG_COUNT);
+		uint64_t key = test_rand_below(&rng, keys);
+		uint64_t prev_end = 0;
+		unsigned order;
+		for (unsigned k = 0; k < 200; k++) {
+			struct tentry *e = index_find_tagged(&s->idx, &key,
+							     keys - 1, tag,
+							     &order);
+			if (!e)
+				break;
+			if (e->first != key || e->order != order ||
+			    key < prev_end)
+				terr(s, "find_tagged out of order");
+			/* Tags are only cleared under the write lock. */
+			if (!index_tag_get(&s->idx, key, tag))
+				terr(s, "found tagged entry lost its tag");
+			key += SPAN(order);
+			prev_end = key;
+		}
+		pthread_rwlock_unlock(&s->lock);
+	}
+	return NULL;
+}
+
+static void *tagger(void *arg)
+{
+	struct tshared *s = arg;
+	uint64_t rng = s->seed ^ (uint64_t)(uintptr_t)&rng;
+
+	for (unsigned it = 0; it < s->iters; it++) {
+		struct tentry *e = &s->ent[test_rand_below(&rng, T_ENTRIES)];
+		unsigned tag = (unsigned)test_rand_below(&rng, INDEX_TAG_COUNT);
+		pthread_rwlock_rdlock(&s->lock);
+		int err = index_tag_set(&s->idx, e->first, e->order, tag);
+		if (err != (e->present ? 0 : -ENOENT))
+			terr(s, "tag_set result");
+		if (!err) {
+			/* Our own tag is visible to us at once. */
+			uint64_t key = e->first + SPAN(e->order) - 1;
+			unsigned order;
+			if (!index_tag_get(&s->idx, key, tag))
+				terr(s, "tag_get after tag_set");
+			if (index_find_tagged(&s->idx, &key, key, tag,
+					      &order) != e ||
+			    key != e->first)
+				terr(s, "find_tagged after tag_set");
+			if (!index_any_tagged(&s->idx, tag))
+				terr(s, "any_tagged after tag_set");
+		}
+		pthread_rwlock_unlock(&s->lock);
+	}
+	return NULL;
+}
+
+static void *writer(void *arg)
+{
+	struct tshared *s = arg;
+	uint64_t rng = s->seed * 3 + 1;
+
+	for (unsigned it = 0; it < s->iters; it++) {
+		struct tentry *e = &s->ent[test_rand_below(&rng, T_ENTRIES)];
+		pthread_rwlock_wrlock(&s->lock);
+		switch (test_rand_below(&rng, 3)) {
+		case 0:
+			if (e->present) {
+				if (index_remove(&s->idx, e->first, e->order) != e)
+					terr(s, "remove");
+			} else if (index_insert(&s->idx, e->first, e->order,
+						e)) {
+				terr(s, "insert");
+			}
+			e->present = !e->present;
+			break;
+		default: {
+			unsigned tag = (unsigned)test_rand_below(
+				&rng, INDEX_TAG_COUNT);
+			int err = index_tag_clear(&s->idx, e->first, e->order,
+						  tag);
+			if (err != (e->present ? 0 : -ENOENT))
+				terr(s, "tag_clear");
+			break;
+		}
+		}
+		pthread_rwlock_unlock(&s->lock);
+	}
+	return NULL;
+}
+
+static void test_threads(void **state)
+{
+	struct tshared *s = calloc(1, sizeof(*s));
+	pthread_t rd[T_READERS], tg[T_TAGGERS], wr;
+
+	assert_non_null(s);
+	s->seed = test_seed("index_threads");
+	s->iters = test_iters(40000, 2000);
+	index_init(&s->idx);
+	/* glibc's default rwlock prefers readers; with readers looping the
+	 * writer would never get in. */
+	pthread_rwlockattr_t attr;
+	pthread_rwlockattr_init(&attr);
+	pthread_rwlockattr_setkind_np(&attr,
+		PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	assert_int_equal(pthread_rwlock_init(&s->lock, &attr), 0);
+	pthread_rwlockattr_destroy(&attr);
+	uint64_t rng = s->seed;
+	for (unsigned i = 0; i < T_ENTRIES; i++) {
+		/* One entry per 64 keys, of orders 0..6, at varying offsets so
+		 * leaves and level-6 slots are both exercised. */
+		unsigned order = (unsigned)test_rand_below(&rng, 7);
+		s->ent[i].order = order;
+		s->ent[i].first = (uint64_t)i * 64 +
+				  (test_rand_below(&rng, 64) & ~(SPAN(order) - 1));
+		s->ent[i].present = test_rand_below(&rng, 4) != 0;
+		if (s->ent[i].present)
+			assert_int_equal(index_insert(&s->idx, s->ent[i].first,
+						      order, &s->ent[i]), 0);
+	}
+
+	for (int i = 0; i < T_READERS; i++)
+		assert_int_equal(pthread_create(&rd[i], NULL, reader, s), 0);
+	for (int i = 0; i < T_TAGGERS; i++)
+		assert_int_equal(pthread_create(&tg[i], NULL, tagger, s), 0);
+	assert_int_equal(pthread_create(&wr, NULL, writer, s), 0);
+	for (int i = 0; i < T_TAGGERS; i++)
+		pthread_join(tg[i], NULL);
+	pthread_join(wr, NULL);
+	atomic_store(&s->stop, true);
+	for (int i = 0; i < T_READERS; i++)
+		pthread_join(rd[i], NULL);
+
+	assert_int_equal(atomic_load(&s->errors), 0);
+	check_verify(&s->idx);
+	size_t n = 0;
+	for (unsigned i = 0; i < T_ENTRIES; i++) {
+		n += s->ent[i].present;
+		assert_ptr_equal(index_lookup(&s->idx, s->ent[i].first),
+				 s->ent[i].present ? &s->ent[i] : NULL);
+	}
+	assert_int_equal(index_count(&s->idx), n);
+	index_destroy(&s->idx);
+	pthread_rwlock_destroy(&s->lock);
+	free(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_empty),
+		cmocka_unit_test(test_bad_input),
+		cmocka_unit_test(test_edges),
+		cmocka_unit_test(test_root_level_growth_shrink),
+		cmocka_unit_test(test_enomem),
+		cmocka_unit_test(test_model),
+		cmocka_unit_test(test_threads),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
