@@ -396,8 +396,10 @@ FOLIO_EXPORT int folio_engine_posix(struct folio_engine **out, int fd,
  * io_uring_submit() only when the submission queue is full. unplug()
  * submits the queue (the library calls it after each batch of submits).
  * wait() submits anything queued, then sleeps until at least one request
- * completes; it returns 0 at once when nothing is in flight, 0 after
- * progress, or a negative errno when io_uring itself fails. Short
+ * has completed (its completion returned); it returns 0 at once when
+ * nothing is in flight (requests whose completion the calling thread is
+ * delivering do not count), 0 after progress, or a negative errno when
+ * io_uring itself fails. Short
  * transfers are resubmitted for the rest; a read that meets end of file
  * zero-fills the rest and reports the full length; -EAGAIN, -EINTR and
  * -ECANCELED results (the kernel cancels requests of a thread that exits)
@@ -414,8 +416,9 @@ FOLIO_EXPORT int folio_engine_posix(struct folio_engine **out, int fd,
  *
  * With FOLIO_URING_COMPLETION_THREAD an engine thread reaps completions,
  * so requests complete without anybody calling wait(); wait(), flush()
- * and truncate() then only sleep until it made progress. Requests still
- * start at unplug(), wait() or when the queue fills.
+ * and truncate() then only sleep until it made progress. Requests are
+ * started by unplug(), wait(), a full queue or the thread when it passes
+ * by: call unplug() after a batch so they do not linger.
  *
  * folio_engine_free() waits until every accepted request has completed,
  * stops the thread and closes the ring.
@@ -457,7 +460,10 @@ FOLIO_EXPORT int folio_engine_uring(struct folio_engine **out, int fd,
  * (and fails when a rule says so); truncate() zeroes and frees the store
  * past the new size and sets the size (-EFBIG past @capacity). The
  * engine's wait() never fails: it returns 0 at once when nothing is in
- * flight, else after at least one request completed.
+ * flight, else once at least one request has completed (its completion
+ * returned). Requests whose completion the calling thread is itself
+ * delivering do not count as in flight, so wait() inside a completion
+ * does not wait for itself.
  *
  * Thread rules: every mem function and callback is safe to call from any
  * number of threads at once. Completions are never delivered under the
@@ -546,7 +552,7 @@ enum folio_mem_mode {
  *
  * Requests already held are first completed (by the caller, with the
  * outcome decided when they were submitted); then the new mode applies.
- * In POLL mode each wait() completes between one and all held requests,
+ * In POLL mode each wait() completes between one and 64 held requests,
  * picked pseudo-randomly (several threads may wait() at once). In THREAD
  * mode an engine thread completes one to four held requests at a time
  * after delays of up to 100 us; wait() then sleeps until some request
