@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -188,12 +189,26 @@ static int group_setup(void **state)
 	return 0;
 }
 
+/* Files a failed test left behind go too. */
+static void where_remove(struct where *w)
+{
+	if (!w->ok)
+		return;
+	DIR *d = opendir(w->dir);
+	if (d) {
+		struct dirent *de;
+		while ((de = readdir(d)))
+			if (de->d_name[0] != '.')
+				unlinkat(dirfd(d), de->d_name, 0);
+		closedir(d);
+	}
+	rmdir(w->dir);
+}
+
 static int group_teardown(void **state)
 {
-	if (disk.ok)
-		rmdir(disk.dir);
-	if (shm.ok)
-		rmdir(shm.dir);
+	where_remove(&disk);
+	where_remove(&shm);
 	return 0;
 }
 
