@@ -651,6 +651,13 @@ struct folio_mapping;
 #define FOLIO_MAPPING_DROP_ON_ERROR 0x2u /* failed writes are cleaned and
 					  * reported once (Linux policy);
 					  * default re-dirties them */
+#define FOLIO_MAPPING_FOLIO_DIRTY 0x4u   /* track dirtiness per folio, not
+					  * per block: a write reads the
+					  * whole folio if needed and dirties
+					  * all of it, as caches without
+					  * per-block state do (for
+					  * comparisons, and engines that
+					  * must write whole folios) */
 
 struct folio_mapping_opts {
 	size_t sz;
@@ -709,6 +716,11 @@ FOLIO_EXPORT ssize_t folio_mapping_read(struct folio_mapping *m, void *buf,
  *         folio_pos(*folio)), at most the returned number of bytes.
  * Return: bytes of [pos, pos+len) inside this folio (>= 1); -EINVAL (also
  * for len == 0); -EFBIG; the engine's error.
+ *
+ * Until write_end() the folio stays locked: this thread must not read or
+ * write that folio's range through the mapping meanwhile (it would wait
+ * for itself); other folios and other threads are unaffected, and a
+ * concurrent truncate waits for the write_end().
  */
 FOLIO_EXPORT ssize_t folio_mapping_write_begin(struct folio_mapping *m,
 					       uint64_t pos, size_t len,
@@ -802,7 +814,7 @@ struct folio_writeback_opts {
 	unsigned flags;        /* FOLIO_WB_* */
 	uint64_t budget;       /* stop after submitting this many bytes
 				* (0: no limit); whole folios are taken */
-	size_t max_request;    /* bytes per request; default 1 MiB */
+	size_t max_request;    /* bytes per request (>= 512); default 1 MiB */
 	unsigned max_segments; /* iovecs per request; default 256, max 1024 */
 	size_t merge_gap;      /* let up to this many bytes of clean,
 				* uptodate blocks between two dirty runs of
@@ -823,7 +835,8 @@ struct folio_writeback_opts {
  * @opts: NULL for defaults (everything, no waiting).
  *
  * Return: bytes submitted (>= 0); -EINVAL for NULL @m, a bad @opts->sz,
- * unknown flags, end < start, or max_segments > 1024. Write errors are not
+ * unknown flags, end < start, max_request below 512, or max_segments >
+ * 1024. Write errors are not
  * returned here: they are reported by folio_mapping_sync().
  *
  * Thread rules: may run concurrently with reads, writes and other

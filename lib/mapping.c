@@ -1,0 +1,312 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Mapping life cycle, folio lookup and creation, index tags, statistics.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mapping.h"
+
+#define DEFAULT_BLOCK_SIZE 4096u
+#define KNOWN_FLAGS \
+	(FOLIO_MAPPING_STABLE_WRITES | FOLIO_MAPPING_DROP_ON_ERROR | \
+	 FOLIO_MAPPING_FOLIO_DIRTY)
+
+/* Fields a caller's options struct must have (everything up to engine). */
+#define OPTS_MIN_SZ \
+	(offsetof(struct folio_mapping_opts, engine) + sizeof(void *))
+
+static bool size_ok(size_t v, size_t lo, size_t hi)
+{
+	return is_pow2(v) && v >= lo && v <= hi;
+}
+
+int folio_mapping_new(struct folio_mapping **out,
+		      const struct folio_mapping_opts *opts)
+{
+	if (!out || !opts || opts->sz < OPTS_MIN_SZ || !opts->engine)
+		return -EINVAL;
+	size_t bs = opts->block_size ? opts->block_size : DEFAULT_BLOCK_SIZE;
+	size_t min = opts->min_folio_size ? opts->min_folio_size : bs;
+	size_t max = opts->max_folio_size ? opts->max_folio_size
+					  : FOLIO_MAX_SIZE;
+	if (!size_ok(bs, FOLIO_MIN_BLOCK_SIZE, FOLIO_MAX_BLOCK_SIZE) ||
+	    !size_ok(min, bs, FOLIO_MAX_SIZE) ||
+	    !size_ok(max, min, FOLIO_MAX_SIZE) ||
+	    opts->size > FOLIO_MAX_POS || (opts->flags & ~KNOWN_FLAGS))
+		return -EINVAL;
+
+	struct folio_mapping *m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	if (pthread_rwlock_init(&m->io_lock, NULL)) {
+		free(m);
+		return -ENOMEM;
+	}
+	if (pthread_rwlock_init(&m->index_lock, NULL)) {
+		pthread_rwlock_destroy(&m->io_lock);
+		free(m);
+		return -ENOMEM;
+	}
+	index_init(&m->index);
+	m->engine = opts->engine;
+	m->block_shift = ilog2_u64(bs);
+	m->min_shift = ilog2_u64(min);
+	m->max_shift = ilog2_u64(max);
+	m->flags = opts->flags;
+	atomic_init(&m->size, opts->size);
+	atomic_fetch_add(&opts->engine->users, 1);
+	*out = m;
+	return 0;
+}
+
+/* Does any folio still hold dirty data or I/O? */
+static bool mapping_busy(struct folio_mapping *m)
+{
+	if (atomic_load(&m->wb_inflight))
+		return true;
+	bool busy = false;
+	pthread_rwlock_rdlock(&m->index_lock);
+	uint64_t key = 0;
+	unsigned order;
+	struct folio *f;
+	while (!busy && (f = index_find(&m->index, &key, UINT64_MAX, &order))) {
+		unsigned flags = atomic_load(&f->flags);
+		busy = flags & (FOLIO_F_DIRTY | FOLIO_F_WRITEBACK |
+				FOLIO_F_LOCKED);
+		key += UINT64_C(1) << order;
+		if (!key)
+			break;
+	}
+	pthread_rwlock_unlock(&m->index_lock);
+	return busy;
+}
+
+int folio_mapping_free(struct folio_mapping *m)
+{
+	if (!m)
+		return 0;
+	pthread_rwlock_wrlock(&m->io_lock);
+	if (mapping_busy(m)) {
+		pthread_rwlock_unlock(&m->io_lock);
+		return -EBUSY;
+	}
+	uint64_t key = 0;
+	unsigned order;
+	struct folio *f;
+	while ((f = index_find(&m->index, &key, UINT64_MAX, &order))) {
+		index_remove(&m->index, key, order);
+		f->mapping = NULL;
+		folio_put(f);
+	}
+	index_destroy(&m->index);
+	pthread_rwlock_unlock(&m->io_lock);
+	pthread_rwlock_destroy(&m->io_lock);
+	pthread_rwlock_destroy(&m->index_lock);
+	atomic_fetch_sub(&m->engine->users, 1);
+	free(m);
+	return 0;
+}
+
+int64_t folio_mapping_size(const struct folio_mapping *m)
+{
+	if (!m)
+		return -EINVAL;
+	return (int64_t)atomic_load(&((struct folio_mapping *)m)->size);
+}
+
+void mapping_grow_eof(struct folio_mapping *m, uint64_t end)
+{
+	uint64_t cur = atomic_load_explicit(&m->size, memory_order_relaxed);
+	while (cur < end &&
+	       !atomic_compare_exchange_weak_explicit(&m->size, &cur, end,
+						      memory_order_release,
+						      memory_order_relaxed))
+		;
+}
+
+struct folio *mapping_lookup(struct folio_mapping *m, uint64_t pos)
+{
+	pthread_rwlock_rdlock(&m->index_lock);
+	struct folio *f = index_lookup(&m->index, mapping_key(m, pos));
+	folio_get(f);
+	pthread_rwlock_unlock(&m->index_lock);
+	return f;
+}
+
+int folio_mapping_lookup(struct folio_mapping *m, uint64_t pos,
+			 struct folio **folio)
+{
+	if (!m || !folio)
+		return -EINVAL;
+	if (pos >= FOLIO_MAX_POS)
+		return -ENOENT;
+	struct folio *f = mapping_lookup(m, pos);
+	if (!f)
+		return -ENOENT;
+	*folio = f;
+	return 0;
+}
+
+/* Largest power of two <= x (x > 0). */
+static uint64_t pow2_floor(uint64_t x)
+{
+	return UINT64_C(1) << ilog2_u64(x);
+}
+
+/*
+ * Insert a new folio holding pos. It starts at pos rounded down to the
+ * min folio size, and its size is the largest power of two that the
+ * remaining length, that start's alignment and the max folio size allow;
+ * it halves while it would overlap a neighbour. Caller holds index_lock
+ * exclusively and has checked that no folio holds pos, so the min size
+ * always fits.
+ */
+static struct folio *create_folio(struct folio_mapping *m, uint64_t pos,
+				  size_t len_hint, int *err)
+{
+	size_t min = (size_t)1 << m->min_shift;
+	uint64_t start = pos & ~(uint64_t)(min - 1);
+	uint64_t want = pos - start + (len_hint ? len_hint : 1);
+	uint64_t size = MIN(pow2_floor(MAX(want, min)),
+			    (uint64_t)1 << m->max_shift);
+	if (start)
+		size = MIN(size, start & -start); /* start's alignment */
+	/* Never run past the largest position. */
+	while (size > min && start + size > FOLIO_MAX_POS)
+		size >>= 1;
+
+	for (;; size >>= 1) {
+		struct folio *f;
+		int r = folio_alloc(&f, start, (size_t)size,
+				    (size_t)1 << m->block_shift, false);
+		if (r) {
+			*err = r;
+			return NULL;
+		}
+		f->mapping = m;
+		r = index_insert(&m->index, mapping_key(m, start),
+				 (unsigned)(ilog2_u64(size) - m->min_shift),
+				 f);
+		if (!r)
+			return f;
+		f->mapping = NULL;
+		folio_put(f);
+		if (r != -EEXIST || size == min) {
+			*err = r == -EEXIST ? -EIO : r;
+			return NULL;
+		}
+	}
+}
+
+struct folio *mapping_get_folio(struct folio_mapping *m, uint64_t pos,
+				size_t len_hint, int *err)
+{
+	struct folio *f = mapping_lookup(m, pos);
+	if (f)
+		return f;
+	pthread_rwlock_wrlock(&m->index_lock);
+	/* Someone may have created it while we were unlocked. */
+	f = index_lookup(&m->index, mapping_key(m, pos));
+	if (!f)
+		f = create_folio(m, pos, len_hint, err);
+	/* One reference for the index, one for the caller. */
+	folio_get(f);
+	pthread_rwlock_unlock(&m->index_lock);
+	return f;
+}
+
+void mapping_tag_dirty(struct folio_mapping *m, struct folio *f)
+{
+	pthread_rwlock_rdlock(&m->index_lock);
+	index_tag_set(&m->index, mapping_key(m, f->pos), folio_order_in(m, f),
+		      INDEX_TAG_DIRTY);
+	pthread_rwlock_unlock(&m->index_lock);
+}
+
+void mapping_remove_folio(struct folio_mapping *m, struct folio *f)
+{
+	pthread_rwlock_wrlock(&m->index_lock);
+	index_remove(&m->index, mapping_key(m, f->pos), folio_order_in(m, f));
+	pthread_rwlock_unlock(&m->index_lock);
+	atomic_fetch_or(&f->flags, FOLIO_F_REMOVED);
+	f->mapping = NULL;
+	folio_put(f);
+}
+
+void mapping_wait_writeback(struct folio_mapping *m, struct folio *f)
+{
+	static const struct timespec backoff = {0, ENGINE_POLL_BACKOFF_NS};
+	struct folio_engine *e = m->engine;
+	if (!e->ops.wait) {
+		folio_wait_flag_clear(f, FOLIO_F_WRITEBACK);
+		return;
+	}
+	/* See engine_wait_zero(): drive the engine, back off briefly when
+	 * that made no progress for this folio. */
+	while (folio_test_writeback(f)) {
+		e->ops.wait(e->ctx);
+		if (folio_test_writeback(f))
+			folio_wait_flag_clear_for(f, FOLIO_F_WRITEBACK, &backoff);
+	}
+}
+
+void mapping_wait_inflight(struct folio_mapping *m)
+{
+	engine_wait_zero(m->engine, &m->wb_inflight);
+}
+
+void mapping_zero_past_eof(struct folio_mapping *m, struct folio *f,
+			   size_t off, size_t len, uint64_t eof)
+{
+	(void)m;
+	uint64_t start = f->pos + off, end = start + len;
+	if (end <= eof)
+		return;
+	uint64_t from = MAX(start, eof);
+	memset(f->data + (from - f->pos), 0, (size_t)(end - from));
+}
+
+int folio_mapping_stats(struct folio_mapping *m,
+			struct folio_mapping_stats *st)
+{
+	if (!m || !st || st->sz < sizeof(size_t))
+		return -EINVAL;
+	struct folio_mapping_stats s;
+	memset(&s, 0, sizeof(s));
+	s.sz = st->sz;
+#define LOAD(field) s.field = atomic_load(&m->stats.field)
+	LOAD(bytes_written);
+	LOAD(bytes_read);
+	LOAD(read_requests);
+	LOAD(read_bytes);
+	LOAD(wb_requests);
+	LOAD(wb_bytes);
+	LOAD(wb_merges);
+	LOAD(map_calls);
+	LOAD(retries);
+	LOAD(errors);
+	LOAD(flushes);
+#undef LOAD
+	pthread_rwlock_rdlock(&m->index_lock);
+	uint64_t key = 0;
+	unsigned order;
+	struct folio *f;
+	while ((f = index_find(&m->index, &key, UINT64_MAX, &order))) {
+		size_t up, dirty;
+		folio_count_blocks(f, &up, &dirty);
+		s.cached_bytes += (uint64_t)up << f->block_shift;
+		s.dirty_bytes += (uint64_t)dirty << f->block_shift;
+		s.folios++;
+		unsigned shift = f->size_shift - 9;
+		if (shift < FOLIO_STATS_SHIFTS)
+			s.folios_by_shift[shift]++;
+		key += UINT64_C(1) << order;
+		if (!key)
+			break;
+	}
+	pthread_rwlock_unlock(&m->index_lock);
+	memcpy(st, &s, MIN(st->sz, sizeof(s)));
+	st->sz = s.sz;
+	return 0;
+}

@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The mapping (the cache of one object) as seen by its modules:
+ * mapping.c (life cycle, folio lookup/creation, tags, stats), rw.c (buffered
+ * read and write), truncate.c (truncate, invalidate), request.c (building
+ * engine requests) and writeback.c.
+ *
+ * Lock order, outermost first:
+ *   io_lock (rwlock: shared for read/write/writeback, exclusive for
+ *            truncate and invalidate, which change which folios exist
+ *            beyond what a reader or writer could observe mid-call)
+ *   folio LOCKED bits, in ascending position order
+ *   index_lock (rwlock around the radix tree; tags are set under the
+ *               shared side with atomics, cleared under the exclusive side)
+ *   folio state spinlock
+ * Completions of engine requests take only index_lock and state locks, so
+ * waiting for I/O while holding a folio lock or io_lock cannot deadlock.
+ */
+#ifndef FOLIO_MAPPING_H
+#define FOLIO_MAPPING_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "index.h"
+#include "internal.h"
+
+struct folio_mapping {
+	struct folio_engine *engine;
+	unsigned block_shift;
+	unsigned min_shift; /* index key = pos >> min_shift */
+	unsigned max_shift;
+	unsigned flags;
+
+	pthread_rwlock_t io_lock;
+	pthread_rwlock_t index_lock;
+	struct fs_index index;
+
+	_Atomic uint64_t size; /* EOF */
+
+	/* Error sequence (writeback.c): the low bit says "seen", the rest
+	 * counts errors; the errno of the latest error is kept beside it. */
+	_Atomic uint64_t errseq;
+	atomic_int last_error;
+
+	folio_errseq_t own_cursor; /* for folio_mapping_sync(m, NULL) */
+
+	/* Write requests in flight, for sync and free. */
+	atomic_uint wb_inflight;
+	/* Short writes whose rest was put back dirty: sync repeats its pass
+	 * while this moves, so a short completion never ends a sync. */
+	_Atomic uint64_t short_writes;
+
+	struct {
+		_Atomic uint64_t bytes_written, bytes_read;
+		_Atomic uint64_t read_requests, read_bytes;
+		_Atomic uint64_t wb_requests, wb_bytes, wb_merges;
+		_Atomic uint64_t map_calls, retries, errors, flushes;
+	} stats;
+};
+
+static inline void stat_add(_Atomic uint64_t *counter, uint64_t v)
+{
+	atomic_fetch_add_explicit(counter, v, memory_order_relaxed);
+}
+
+static inline uint64_t mapping_key(const struct folio_mapping *m,
+				   uint64_t pos)
+{
+	return pos >> m->min_shift;
+}
+
+static inline unsigned folio_order_in(const struct folio_mapping *m,
+				      const struct folio *f)
+{
+	return f->size_shift - m->min_shift;
+}
+
+static inline uint64_t mapping_eof(struct folio_mapping *m)
+{
+	return atomic_load_explicit(&m->size, memory_order_acquire);
+}
+
+/* Raise EOF to at least `end` (concurrent writers race benignly). */
+void mapping_grow_eof(struct folio_mapping *m, uint64_t end);
+
+/* The cached folio holding pos, referenced, or NULL. */
+struct folio *mapping_lookup(struct folio_mapping *m, uint64_t pos);
+
+/*
+ * The folio holding pos, created when absent: its size is the largest
+ * power of two that fits `len_hint` bytes from the folio's start, the
+ * position's alignment, the max folio size and the gap to neighbours.
+ * Returns a referenced folio or NULL with *err set (-ENOMEM).
+ */
+struct folio *mapping_get_folio(struct folio_mapping *m, uint64_t pos,
+				size_t len_hint, int *err);
+
+/* Tag the folio dirty in the index. Call with the folio locked, after a
+ * state change returned FOLIO_BECAME_DIRTY. */
+void mapping_tag_dirty(struct folio_mapping *m, struct folio *f);
+
+/* Remove a folio from the index and drop the index's reference. Caller
+ * holds the folio lock and io_lock exclusively. */
+void mapping_remove_folio(struct folio_mapping *m, struct folio *f);
+
+/* Sleep until the folio's writeback ends, driving a polled engine. */
+void mapping_wait_writeback(struct folio_mapping *m, struct folio *f);
+
+/* Zero the bytes of [off, off+len) of f that lie at or past EOF. */
+void mapping_zero_past_eof(struct folio_mapping *m, struct folio *f,
+			   size_t off, size_t len, uint64_t eof);
+
+/* Wait until no write request of the mapping is in flight. */
+void mapping_wait_inflight(struct folio_mapping *m);
+
+/* ---- requests (request.c) ------------------------------------------ */
+
+struct rq_seg {
+	struct folio *folio;
+	size_t off;
+	size_t len;
+};
+
+/* A request as the mapping tracks it. */
+struct mapping_io {
+	struct fs_io base;
+	struct folio_mapping *m;
+	struct io_group *group; /* woken at completion, or NULL */
+	struct mapping_io *next; /* the builder's list of submitted requests */
+	ssize_t result;
+	unsigned nsegs;
+	unsigned max_segs;
+	struct rq_seg *segs;
+	struct iovec iov[];
+};
+
+/* Last extent returned by the engine's map(), so consecutive runs inside
+ * one extent cost no callback. */
+struct map_cache {
+	bool valid;
+	struct folio_extent ext;
+};
+
+struct rq_builder {
+	struct folio_mapping *m;
+	enum folio_io_op op;
+	size_t max_bytes;
+	unsigned max_segs;
+	size_t merge_gap;
+	void (*end_io)(struct fs_io *rq, ssize_t result);
+	struct io_group *group;
+	struct map_cache map;
+	struct mapping_io *cur;
+	/* Submitted requests, when the caller keeps them (reads): it walks
+	 * and frees them after the group completes. */
+	bool keep;
+	struct mapping_io *submitted;
+	uint64_t submitted_bytes;
+	unsigned submitted_count;
+	uint64_t added; /* bytes of folio runs queued for I/O so far */
+	int error; /* first submission or map error */
+};
+
+void rqb_init(struct rq_builder *b, struct folio_mapping *m,
+	      enum folio_io_op op, struct io_group *group,
+	      void (*end_io)(struct fs_io *, ssize_t));
+
+/*
+ * Add folio bytes [off, off+len) to the request being built, starting a
+ * new request when the run is not contiguous with it in file and device
+ * position or would break a limit. For reads, runs in a hole extent are
+ * zero-filled in place and need no I/O. Returns 0 or a negative errno
+ * (map() failure, -ENOMEM); on error the run was not added.
+ */
+int rqb_add(struct rq_builder *b, struct folio *f, size_t off, size_t len);
+
+/* Submit the request being built, if any. */
+void rqb_submit(struct rq_builder *b);
+
+/* Finish the batch (submit + unplug the engine). */
+void rqb_finish(struct rq_builder *b);
+
+void mapping_io_free(struct mapping_io *io);
+
+/* Resolve pos through the engine's map() (identity without one). On
+ * return [pos, pos + *avail) is device-contiguous at *dev with *flags. */
+int map_resolve(struct folio_mapping *m, struct map_cache *mc, uint64_t pos,
+		uint64_t len, uint64_t *dev, uint64_t *avail, uint32_t *flags);
+
+#endif

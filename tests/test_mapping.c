@@ -1,0 +1,635 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Mapping unit tests: geometry and bad input, read-modify-write accounting,
+ * fault injection, truncate, invalidate, zero-copy writes, lookup, stats,
+ * reopening, and the posix engine under a mapping on real files.
+ */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "folio_state.h"
+#include "test_util.h"
+
+#define MIB (1u << 20)
+
+struct fixture {
+	struct folio_engine *engine;
+	struct folio_mapping *map;
+};
+
+static struct folio_mapping_opts default_opts(struct folio_engine *e)
+{
+	return (struct folio_mapping_opts){
+		.sz = sizeof(struct folio_mapping_opts),
+		.block_size = 4096,
+		.max_folio_size = 64 * 1024,
+		.engine = e,
+	};
+}
+
+static void fill(unsigned char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (unsigned char)(seed * 131 + i * 7 + (i >> 9));
+}
+
+/* A mem engine preloaded with `size` patterned bytes and a mapping over it. */
+static int setup_sized(void **state, uint64_t size, size_t max_folio)
+{
+	struct fixture *fx = calloc(1, sizeof(*fx));
+	assert_non_null(fx);
+	assert_int_equal(folio_engine_mem(&fx->engine, 64 * MIB), 0);
+	if (size) {
+		unsigned char *p = malloc(size);
+		fill(p, size, 1);
+		assert_int_equal(folio_engine_mem_poke(fx->engine, p, size, 0),
+				 0);
+		free(p);
+	}
+	struct folio_mapping_opts o = default_opts(fx->engine);
+	o.size = size;
+	o.max_folio_size = max_folio;
+	assert_int_equal(folio_mapping_new(&fx->map, &o), 0);
+	*state = fx;
+	return 0;
+}
+
+static int setup_1m(void **state)
+{
+	return setup_sized(state, MIB, 64 * 1024);
+}
+
+static int setup_empty(void **state)
+{
+	return setup_sized(state, 0, 64 * 1024);
+}
+
+static int setup_large(void **state)
+{
+	return setup_sized(state, 0, 2 * MIB);
+}
+
+static int teardown(void **state)
+{
+	struct fixture *fx = *state;
+	if (fx->map) {
+		folio_mapping_invalidate(fx->map, 0, 0,
+					 FOLIO_INVALIDATE_DISCARD);
+		assert_int_equal(folio_mapping_free(fx->map), 0);
+	}
+	assert_int_equal(folio_engine_free(fx->engine), 0);
+	free(fx);
+	return 0;
+}
+
+static struct folio_mapping_stats stats_of(struct folio_mapping *m)
+{
+	struct folio_mapping_stats st = {.sz = sizeof(st)};
+	assert_int_equal(folio_mapping_stats(m, &st), 0);
+	return st;
+}
+
+static struct folio_mem_stats mem_stats(struct folio_engine *e)
+{
+	struct folio_mem_stats st = {.sz = sizeof(st)};
+	assert_int_equal(folio_engine_mem_stats(e, &st), 0);
+	return st;
+}
+
+static void test_new_bad_input(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	assert_int_equal(folio_engine_mem(&e, MIB), 0);
+	struct folio_mapping *m = (struct folio_mapping *)(uintptr_t)1;
+	struct folio_mapping_opts o = default_opts(e);
+
+	assert_int_equal(folio_mapping_new(NULL, &o), -EINVAL);
+	assert_int_equal(folio_mapping_new(&m, NULL), -EINVAL);
+	struct {
+		const char *what;
+		struct folio_mapping_opts o;
+	} bad[] = {
+		{"sz 0", {.sz = 0, .engine = e}},
+		{"no engine", {.sz = sizeof(o)}},
+		{"block 3000", {.sz = sizeof(o), .block_size = 3000, .engine = e}},
+		{"block 256", {.sz = sizeof(o), .block_size = 256, .engine = e}},
+		{"block 128K", {.sz = sizeof(o), .block_size = 128 * 1024, .engine = e}},
+		{"min < block", {.sz = sizeof(o), .block_size = 4096, .min_folio_size = 2048, .engine = e}},
+		{"max < min", {.sz = sizeof(o), .min_folio_size = 65536, .max_folio_size = 8192, .engine = e}},
+		{"max 4M", {.sz = sizeof(o), .max_folio_size = 4 * MIB, .engine = e}},
+		{"max npot", {.sz = sizeof(o), .max_folio_size = 12288, .engine = e}},
+		{"flags", {.sz = sizeof(o), .flags = 0x80, .engine = e}},
+		{"size", {.sz = sizeof(o), .size = UINT64_MAX, .engine = e}},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		if (folio_mapping_new(&m, &bad[i].o) != -EINVAL)
+			fail_msg("accepted bad options: %s", bad[i].what);
+		assert_ptr_equal(m, (struct folio_mapping *)(uintptr_t)1);
+	}
+	/* All defaults. */
+	struct folio_mapping_opts d = {.sz = sizeof(d), .engine = e};
+	assert_int_equal(folio_mapping_new(&m, &d), 0);
+	/* The engine is in use. */
+	assert_int_equal(folio_engine_free(e), -EBUSY);
+	assert_int_equal(folio_mapping_free(m), 0);
+	assert_int_equal(folio_mapping_free(NULL), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
+static void test_io_bad_input(void **state)
+{
+	struct fixture *fx = *state;
+	struct folio_mapping *m = fx->map;
+	char buf[16] = {0};
+	struct folio *f = NULL;
+
+	assert_int_equal(folio_mapping_write(NULL, buf, 1, 0), -EINVAL);
+	assert_int_equal(folio_mapping_write(m, NULL, 1, 0), -EINVAL);
+	assert_int_equal(folio_mapping_write(m, NULL, 0, 0), 0);
+	assert_int_equal(folio_mapping_write(m, buf, 1, UINT64_MAX), -EFBIG);
+	assert_int_equal(folio_mapping_write(m, buf, 16, (UINT64_C(1) << 62) - 8),
+			 -EFBIG);
+	assert_int_equal(folio_mapping_read(NULL, buf, 1, 0), -EINVAL);
+	assert_int_equal(folio_mapping_read(m, NULL, 1, 0), -EINVAL);
+	assert_int_equal(folio_mapping_read(m, buf, 1, UINT64_MAX), -EFBIG);
+	assert_int_equal(folio_mapping_write_begin(NULL, 0, 1, &f), -EINVAL);
+	assert_int_equal(folio_mapping_write_begin(m, 0, 1, NULL), -EINVAL);
+	assert_int_equal(folio_mapping_write_begin(m, 0, 0, &f), -EINVAL);
+	assert_int_equal(folio_mapping_write_begin(m, UINT64_MAX - 1, 1, &f),
+			 -EFBIG);
+	assert_int_equal(folio_mapping_write_end(NULL, f, 0, 0), -EINVAL);
+	assert_int_equal(folio_mapping_write_end(m, NULL, 0, 0), -EINVAL);
+	assert_int_equal(folio_mapping_lookup(NULL, 0, &f), -EINVAL);
+	assert_int_equal(folio_mapping_lookup(m, 0, NULL), -EINVAL);
+	assert_int_equal(folio_mapping_lookup(m, UINT64_MAX, &f), -ENOENT);
+	assert_int_equal(folio_mapping_truncate(NULL, 0), -EINVAL);
+	assert_int_equal(folio_mapping_truncate(m, UINT64_MAX), -EFBIG);
+	assert_int_equal(folio_mapping_invalidate(NULL, 0, 0, 0), -EINVAL);
+	assert_int_equal(folio_mapping_invalidate(m, 0, 0, 0x10), -EINVAL);
+	assert_int_equal(folio_mapping_size(NULL), -EINVAL);
+	assert_int_equal(folio_mapping_stats(NULL, NULL), -EINVAL);
+	struct folio_mapping_stats st = {.sz = 0};
+	assert_int_equal(folio_mapping_stats(m, &st), -EINVAL);
+	assert_int_equal(folio_mapping_stats(m, NULL), -EINVAL);
+	/* Nothing above changed the mapping. */
+	assert_int_equal(folio_mapping_size(m), (int64_t)MIB);
+	st = stats_of(m);
+	assert_int_equal(st.folios, 0);
+	assert_int_equal(st.bytes_written, 0);
+}
+
+/* A write into a folio whose blocks are not cached reads only the partly
+ * covered edge blocks, one request per contiguous run. */
+static void test_rmw_accounting(void **state)
+{
+	struct fixture *fx = *state;
+	struct folio_mapping *m = fx->map;
+	unsigned char b[3 * 4096];
+	memset(b, 0xab, sizeof(b));
+
+	/* 1 byte into an uncached existing region: one block read. */
+	assert_int_equal(folio_mapping_write(m, b, 1, 5000), 1);
+	struct folio_mapping_stats st = stats_of(m);
+	assert_int_equal(st.read_requests, 1);
+	assert_int_equal(st.read_bytes, 4096);
+
+	/* Block-aligned whole blocks: nothing read. */
+	assert_int_equal(folio_mapping_write(m, b, 8192, 256 * 1024), 8192);
+	st = stats_of(m);
+	assert_int_equal(st.read_requests, 1);
+
+	/* Two partial edges in adjacent blocks of one folio: one request of
+	 * two blocks. (A 64 KiB min folio size keeps both edges in one
+	 * folio; folios sized from this short write would split them.) */
+	struct folio_mapping *m64;
+	struct folio_mapping_opts o = default_opts(fx->engine);
+	o.size = MIB;
+	o.min_folio_size = 64 * 1024;
+	assert_int_equal(folio_mapping_new(&m64, &o), 0);
+	assert_int_equal(folio_mapping_write(m64, b, 4096, 512 * 1024 + 100),
+			 4096);
+	struct folio_mapping_stats st64 = stats_of(m64);
+	assert_int_equal(st64.read_requests, 1);
+	assert_int_equal(st64.read_bytes, 2 * 4096);
+
+	/* Two partial edges far apart: two requests of one block each. */
+	assert_int_equal(folio_mapping_write(m64, b, 3 * 4096 - 200,
+					     768 * 1024 + 100),
+			 3 * 4096 - 200);
+	st64 = stats_of(m64);
+	assert_int_equal(st64.read_requests, 3);
+	assert_int_equal(st64.read_bytes, 4 * 4096);
+	assert_int_equal(folio_mapping_invalidate(m64, 0, 0,
+						  FOLIO_INVALIDATE_DISCARD),
+			 0);
+	assert_int_equal(folio_mapping_free(m64), 0);
+
+	/* At EOF: nothing to read, the block is zero-filled. */
+	assert_int_equal(folio_mapping_write(m, b, 10, MIB), 10);
+	/* Past EOF, leaving a gap. */
+	assert_int_equal(folio_mapping_write(m, b, 10, MIB + 20000), 10);
+	st = stats_of(m);
+	assert_int_equal(st.read_requests, 1);
+	assert_int_equal(st.bytes_written, 1 + 8192 + 20);
+
+	/* Content: the edges kept their old bytes, the gap reads zero. */
+	unsigned char orig[MIB / 64], got[MIB / 64];
+	fill(orig, sizeof(orig), 1);
+	assert_int_equal(folio_mapping_read(m, got, 4096, 4096), 4096);
+	assert_memory_equal(got, orig + 4096, 5000 - 4096);
+	assert_int_equal(got[5000 - 4096], 0xab);
+	assert_memory_equal(got + 5001 - 4096, orig + 5001, 8192 - 5001);
+	unsigned char zero[20000] = {0};
+	assert_int_equal(folio_mapping_read(m, got, 20000 - 10, MIB + 10),
+			 20000 - 10);
+	assert_memory_equal(got, zero, 20000 - 10);
+	assert_int_equal(folio_mapping_size(m), (int64_t)(MIB + 20010));
+}
+
+static void test_failed_edge_read(void **state)
+{
+	struct fixture *fx = *state;
+	struct folio_mapping *m = fx->map;
+	struct folio_mem_fault fault = {
+		.sz = sizeof(fault),
+		.ops = FOLIO_MEM_OP_READ,
+		.error = -EIO,
+	};
+	assert_int_equal(folio_engine_mem_inject(fx->engine, &fault), 0);
+	unsigned char b[100];
+	memset(b, 1, sizeof(b));
+	assert_int_equal(folio_mapping_write(m, b, sizeof(b), 1000), -EIO);
+	struct folio_mapping_stats st = stats_of(m);
+	assert_int_equal(st.bytes_written, 0);
+	assert_int_equal(st.cached_bytes, 0);
+	assert_int_equal(st.dirty_bytes, 0);
+	assert_int_equal(st.read_bytes, 0);
+
+	/* A failed read returns the error and marks nothing uptodate. */
+	assert_int_equal(folio_mapping_read(m, b, sizeof(b), 1000), -EIO);
+	st = stats_of(m);
+	assert_int_equal(st.cached_bytes, 0);
+	assert_int_equal(st.bytes_read, 0);
+
+	/* The first folio succeeds without I/O, the second fails: short. */
+	unsigned char big[70000];
+	memset(big, 2, sizeof(big));
+	assert_int_equal(folio_mapping_write(m, big, 65536, 0), 65536);
+	assert_int_equal(folio_mapping_write(m, big, 65536 + 10, 0),
+			 65536);
+	assert_int_equal(folio_mapping_read(m, big, sizeof(big), 0), 65536);
+
+	assert_int_equal(folio_engine_mem_clear_faults(fx->engine), 0);
+	assert_int_equal(folio_mapping_read(m, b, sizeof(b), 1000),
+			 sizeof(b));
+	unsigned char want[100];
+	memset(want, 2, sizeof(want));
+	assert_memory_equal(b, want, sizeof(b));
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+}
+
+static void test_read_eof_and_coalescing(void **state)
+{
+	struct fixture *fx = *state;
+	struct folio_mapping *m = fx->map;
+	unsigned char *buf = malloc(2 * MIB), *orig = malloc(MIB);
+	fill(orig, MIB, 1);
+
+	/* One cold read of 1 MiB over many folios: the missing runs are
+	 * contiguous, so they merge into requests of up to 1 MiB. */
+	assert_int_equal(folio_mapping_read(m, buf, MIB, 0), (ssize_t)MIB);
+	assert_memory_equal(buf, orig, MIB);
+	struct folio_mapping_stats st = stats_of(m);
+	assert_true(st.read_requests <= 2);
+	assert_int_equal(st.read_bytes, MIB);
+	assert_int_equal(st.cached_bytes, MIB);
+
+	/* Short at EOF; nothing past it. */
+	assert_int_equal(folio_mapping_read(m, buf, 4096, MIB - 100), 100);
+	assert_int_equal(folio_mapping_read(m, buf, 4096, MIB), 0);
+	assert_int_equal(folio_mapping_read(m, buf, 4096, 5 * MIB), 0);
+	assert_int_equal(folio_mapping_read(m, buf, 0, 0), 0);
+	free(buf);
+	free(orig);
+}
+
+static void test_truncate(void **state)
+{
+	struct fixture *fx = *state;
+	struct folio_mapping *m = fx->map;
+	unsigned char b[8192], z[8192] = {0};
+	memset(b, 7, sizeof(b));
+	assert_int_equal(folio_mapping_write(m, b, sizeof(b), 300000),
+			 sizeof(b));
+	assert_int_equal(folio_mapping_truncate(m, 300000 + 100), 0);
+	assert_int_equal(folio_mapping_size(m), 300100);
+	struct folio_mem_stats ms = mem_stats(fx->engine);
+	assert_int_equal(ms.truncates, 1);
+	assert_int_equal(ms.size, 300100);
+	/* Growing exposes zeros, in the cut folio and past it. */
+	assert_int_equal(folio_mapping_truncate(m, 400000), 0);
+	assert_int_equal(folio_mapping_read(m, b, sizeof(b), 300000),
+			 sizeof(b));
+	unsigned char want[8192];
+	memset(want, 7, 100);
+	memset(want + 100, 0, sizeof(want) - 100);
+	assert_memory_equal(b, want, sizeof(b));
+	assert_int_equal(folio_mapping_read(m, b, sizeof(b), 390000),
+			 sizeof(b));
+	assert_memory_equal(b, z, sizeof(b));
+	/* Shrink to zero drops everything. */
+	assert_int_equal(folio_mapping_truncate(m, 0), 0);
+	struct folio_mapping_stats st = stats_of(m);
+	assert_int_equal(st.folios, 0);
+	assert_int_equal(st.dirty_bytes, 0);
+	assert_int_equal(folio_mapping_read(m, b, 1, 0), 0);
+	/* Sync writes nothing that was truncated away. */
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(mem_stats(fx->engine).size, 0);
+}
+
+static void test_invalidate(void **state)
+{
+	struct fixture *fx = *state;
+	struct folio_mapping *m = fx->map;
+	unsigned char b[64 * 1024];
+	memset(b, 3, sizeof(b));
+	assert_int_equal(folio_mapping_read(m, b, 4096, 0), 4096);
+	assert_int_equal(folio_mapping_write(m, b, sizeof(b), 196608),
+			 sizeof(b));
+	assert_int_equal(stats_of(m).folios, 2);
+
+	/* Clean folios go, dirty ones stay and are reported. */
+	assert_int_equal(folio_mapping_invalidate(m, 0, 0, 0), -EBUSY);
+	struct folio_mapping_stats st = stats_of(m);
+	assert_int_equal(st.folios, 1);
+	assert_int_equal(st.dirty_bytes, sizeof(b));
+	/* Out of range: nothing to do. */
+	assert_int_equal(folio_mapping_invalidate(m, 0, 4096, 0), 0);
+
+	/* Discarding part of a dirty folio throws away only the blocks the
+	 * range wholly covers and keeps the folio. */
+	assert_int_equal(folio_mapping_invalidate(m, 200704 - 100, 4096 + 200,
+						  FOLIO_INVALIDATE_DISCARD),
+			 0);
+	st = stats_of(m);
+	assert_int_equal(st.folios, 1);
+	assert_int_equal(st.dirty_bytes, sizeof(b) - 4096);
+	assert_int_equal(st.cached_bytes, sizeof(b) - 4096);
+	/* The discarded block reads from the store again (zeros there). */
+	unsigned char got[4096];
+	unsigned char *want = malloc(MIB);
+	fill(want, MIB, 1);
+	assert_int_equal(folio_mapping_read(m, got, 4096, 200704), 4096);
+	assert_memory_equal(got, want + 200704, 4096);
+	free(want);
+	/* Discard the whole range: all gone, and free succeeds. */
+	assert_int_equal(folio_mapping_invalidate(m, 0, 0,
+						  FOLIO_INVALIDATE_DISCARD),
+			 0);
+	assert_int_equal(stats_of(m).folios, 0);
+}
+
+static void test_free_refuses_dirty(void **state)
+{
+	struct fixture *fx = *state;
+	unsigned char b[10] = {1};
+	assert_int_equal(folio_mapping_write(fx->map, b, sizeof(b), 0), 10);
+	assert_int_equal(folio_mapping_free(fx->map), -EBUSY);
+	assert_int_equal(folio_mapping_sync(fx->map, NULL), 0);
+	assert_int_equal(folio_mapping_free(fx->map), 0);
+	fx->map = NULL;
+}
+
+static void test_write_begin_end(void **state)
+{
+	struct fixture *fx = *state;
+	struct folio_mapping *m = fx->map;
+	struct folio *f;
+	unsigned char *orig = malloc(MIB);
+	fill(orig, MIB, 1);
+
+	ssize_t n = folio_mapping_write_begin(m, 70000, 100000, &f);
+	assert_true(n > 0);
+	assert_int_equal(folio_pos(f) + folio_size(f), 70000 + (uint64_t)n);
+	assert_true(folio_test_locked(f));
+	/* The head edge was read and is valid. */
+	unsigned char *d = folio_data(f);
+	size_t off = 70000 - folio_pos(f);
+	assert_memory_equal(d + (off & ~4095u), orig + (70000 & ~4095u),
+			    off & 4095);
+	memset(d + off, 0x5a, 50);
+	/* A short copy ending mid-block in a block nobody read stops at
+	 * the block start; here the block is the head, which is valid. */
+	assert_int_equal(folio_mapping_write_end(m, f, 70000, 50), 50);
+	unsigned char got[200];
+	assert_int_equal(folio_mapping_read(m, got, 200, 69950), 200);
+	assert_memory_equal(got, orig + 69950, 50);
+	for (int i = 50; i < 100; i++)
+		assert_int_equal(got[i], 0x5a);
+	assert_memory_equal(got + 100, orig + 70050, 100);
+
+	/* A copy that stops inside a block that was never read (a middle
+	 * block) is cut back to the block boundary. */
+	n = folio_mapping_write_begin(m, 131072, 4 * 4096, &f);
+	assert_int_equal(n, 4 * 4096);
+	memset(folio_data(f), 0x11, 4096 + 10);
+	assert_int_equal(folio_mapping_write_end(m, f, 131072, 4096 + 10),
+			 4096);
+	assert_int_equal(folio_mapping_read(m, got, 20, 131072 + 4096), 20);
+	assert_memory_equal(got, orig + 131072 + 4096 - 0, 20);
+
+	/* write_end on a folio that is not locked is refused. */
+	assert_int_equal(folio_mapping_lookup(m, 131072, &f), 0);
+	assert_int_equal(folio_mapping_write_end(m, f, 131072, 1), -EINVAL);
+	folio_put(f);
+	/* Range outside the folio: refused, but the folio is released. */
+	n = folio_mapping_write_begin(m, 0, 10, &f);
+	assert_true(n > 0);
+	assert_int_equal(folio_mapping_write_end(m, f, 1 << 20, 1), -EINVAL);
+	assert_int_equal(folio_mapping_lookup(m, 0, &f), 0);
+	assert_false(folio_test_locked(f));
+	folio_put(f);
+	free(orig);
+}
+
+static void test_lookup_and_folio_sizes(void **state)
+{
+	struct fixture *fx = *state;
+	struct folio_mapping *m = fx->map;
+	unsigned char *b = calloc(1, 4 * MIB);
+	struct folio *f;
+	assert_int_equal(folio_mapping_lookup(m, 0, &f), -ENOENT);
+
+	/* 2 MiB at 0 gives one 2 MiB folio. */
+	assert_int_equal(folio_mapping_write(m, b, 2 * MIB, 0), 2 * MIB);
+	struct folio_mapping_stats st = stats_of(m);
+	assert_int_equal(st.folios, 1);
+	assert_int_equal(st.folios_by_shift[21 - 9], 1);
+	assert_int_equal(folio_mapping_lookup(m, 12345, &f), 0);
+	assert_int_equal(folio_size(f), 2 * MIB);
+	folio_put(f);
+
+	/* 128 KiB at 2 MiB + 64 KiB: the position's alignment caps the
+	 * folios at 64 KiB. */
+	assert_int_equal(folio_mapping_write(m, b, 128 * 1024,
+					     2 * MIB + 64 * 1024),
+			 128 * 1024);
+	st = stats_of(m);
+	assert_int_equal(st.folios_by_shift[16 - 9], 2);
+
+	/* 128 KiB at 2 MiB would want one 128 KiB folio, but that would
+	 * overlap the 64 KiB one after it: it falls back to 64 KiB. */
+	assert_int_equal(folio_mapping_write(m, b, 128 * 1024, 2 * MIB),
+			 128 * 1024);
+	st = stats_of(m);
+	assert_int_equal(st.folios_by_shift[16 - 9], 3);
+	assert_int_equal(st.folios_by_shift[17 - 9], 0);
+	/* Existing folios are reused whatever their size. */
+	assert_int_equal(folio_mapping_write(m, b, 256 * 1024, 2 * MIB - 4096),
+			 256 * 1024);
+	uint64_t eof = 2 * MIB - 4096 + 256 * 1024;
+	assert_int_equal(folio_mapping_size(m), (int64_t)eof);
+	assert_int_equal(folio_mapping_read(m, b, 4 * MIB, 0), (ssize_t)eof);
+	st = stats_of(m);
+	assert_int_equal(st.cached_bytes, eof);
+	assert_int_equal(st.folios_by_shift[21 - 9], 1);
+	assert_int_equal(st.folios_by_shift[16 - 9], 3);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	free(b);
+}
+
+/* After writes, truncates and a sync, a new mapping over the same engine
+ * reads back exactly what the old one held. */
+static void test_reopen(void **state)
+{
+	struct fixture *fx = *state;
+	unsigned char *model = calloc(1, 4 * MIB), *got = malloc(4 * MIB);
+	uint64_t size = MIB;
+	fill(model, MIB, 1);
+	uint64_t rng = 42;
+	for (int i = 0; i < 200; i++) {
+		size_t len = 1 + test_rand_below(&rng, 70000);
+		uint64_t pos = test_rand_below(&rng, 3 * MIB);
+		unsigned char b[70000];
+		memset(b, i, len);
+		assert_int_equal(folio_mapping_write(fx->map, b, len, pos),
+				 (ssize_t)len);
+		memcpy(model + pos, b, len);
+		if (pos + len > size)
+			size = pos + len;
+		if (i % 37 == 36) {
+			uint64_t t = test_rand_below(&rng, 3 * MIB);
+			assert_int_equal(folio_mapping_truncate(fx->map, t), 0);
+			if (t < size)
+				memset(model + t, 0, size - t);
+			size = t;
+		}
+	}
+	assert_int_equal(folio_mapping_sync(fx->map, NULL), 0);
+	assert_int_equal(folio_mapping_free(fx->map), 0);
+	struct folio_mapping_opts o = default_opts(fx->engine);
+	o.size = size;
+	assert_int_equal(folio_mapping_new(&fx->map, &o), 0);
+	assert_int_equal(folio_mapping_read(fx->map, got, 4 * MIB, 0),
+			 (ssize_t)size);
+	assert_memory_equal(got, model, size);
+	free(model);
+	free(got);
+}
+
+/* The posix engine under a mapping, on a real file system. */
+static void posix_roundtrip(const char *dir)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "%s/folio-test-XXXXXX", dir);
+	int fd = mkstemp(path);
+	if (fd < 0) {
+		printf("# skipping %s: %s\n", dir, strerror(errno));
+		return;
+	}
+	unlink(path);
+	unsigned char *data = malloc(MIB), *got = malloc(MIB);
+	fill(data, MIB, 3);
+	assert_int_equal(pwrite(fd, data, MIB, 0), (ssize_t)MIB);
+
+	struct folio_engine *e;
+	struct folio_mapping *m;
+	assert_int_equal(folio_engine_posix(&e, fd, 0), 0);
+	struct folio_mapping_opts o = default_opts(e);
+	o.size = MIB;
+	assert_int_equal(folio_mapping_new(&m, &o), 0);
+	unsigned char b[3000];
+	memset(b, 0xee, sizeof(b));
+	assert_int_equal(folio_mapping_write(m, b, sizeof(b), 10000), 3000);
+	memcpy(data + 10000, b, sizeof(b));
+	assert_int_equal(folio_mapping_read(m, got, MIB, 0), (ssize_t)MIB);
+	assert_memory_equal(got, data, MIB);
+	assert_int_equal(folio_mapping_write(m, b, 100, MIB + 5000), 100);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	struct stat sb;
+	assert_int_equal(fstat(fd, &sb), 0);
+	assert_int_equal(sb.st_size, MIB + 5100);
+	assert_int_equal(pread(fd, got, MIB, 0), (ssize_t)MIB);
+	assert_memory_equal(got, data, MIB);
+	assert_int_equal(pread(fd, got, 5100, MIB), 5100);
+	for (int i = 0; i < 5000; i++)
+		assert_int_equal(got[i], 0);
+	assert_int_equal(got[5000], 0xee);
+	assert_int_equal(folio_mapping_truncate(m, 4096), 0);
+	assert_int_equal(fstat(fd, &sb), 0);
+	assert_int_equal(sb.st_size, 4096);
+	assert_int_equal(folio_mapping_free(m), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	close(fd);
+	free(data);
+	free(got);
+}
+
+static void test_posix_files(void **state)
+{
+	(void)state;
+	posix_roundtrip("/var/tmp");
+	posix_roundtrip("/dev/shm");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_new_bad_input),
+		cmocka_unit_test_setup_teardown(test_io_bad_input, setup_1m,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_rmw_accounting, setup_1m,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_failed_edge_read, setup_1m,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_read_eof_and_coalescing,
+						setup_1m, teardown),
+		cmocka_unit_test_setup_teardown(test_truncate, setup_empty,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_invalidate, setup_1m,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_free_refuses_dirty,
+						setup_empty, teardown),
+		cmocka_unit_test_setup_teardown(test_write_begin_end, setup_1m,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_lookup_and_folio_sizes,
+						setup_large, teardown),
+		cmocka_unit_test_setup_teardown(test_reopen, setup_1m,
+						teardown),
+		cmocka_unit_test(test_posix_files),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,290 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Concurrency of buffered reads and writes on one mapping.
+ *  - Disjoint: each thread owns a region whose edges share folios and
+ *    blocks with its neighbours; it writes randomly inside it and reads it
+ *    back. The final content must equal the union of the owners' models
+ *    exactly.
+ *  - Overlapping: threads overwrite shared 512-byte records (never
+ *    straddling a folio) while readers check that no record is ever torn;
+ *    at the end every record holds the last write of one of the threads,
+ *    as some serial order of the writes would.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "folio_state.h"
+#include "test_util.h"
+
+#define THREADS 4
+/* Region edges at odd positions, so owners share folios and blocks. */
+#define REGION (300 * 1024 + 123)
+
+struct shared {
+	struct folio_mapping *map;
+	struct folio_engine *engine;
+	uint64_t seed;
+	unsigned iters;
+	atomic_bool stop;
+	atomic_int failures;
+};
+
+struct owner {
+	struct shared *sh;
+	int id;
+	unsigned char model[REGION];
+};
+
+static void *owner_main(void *arg)
+{
+	struct owner *o = arg;
+	struct shared *sh = o->sh;
+	uint64_t rng = sh->seed * 31 + (uint64_t)o->id + 1;
+	uint64_t base = (uint64_t)o->id * REGION;
+	static _Thread_local unsigned char buf[REGION];
+
+	for (unsigned i = 0; i < sh->iters; i++) {
+		size_t len = 1 + test_rand_below(&rng, i % 8 ? 9000 : REGION);
+		size_t off = test_rand_below(&rng, REGION - len + 1);
+		if (test_rand_below(&rng, 3)) {
+			for (size_t k = 0; k < len; k++)
+				buf[k] = (unsigned char)test_rand(&rng);
+			if (folio_mapping_write(sh->map, buf, len, base + off) !=
+			    (ssize_t)len) {
+				atomic_fetch_add(&sh->failures, 1);
+				break;
+			}
+			memcpy(o->model + off, buf, len);
+		} else {
+			ssize_t r = folio_mapping_read(sh->map, buf, len,
+						       base + off);
+			/* Past the current EOF (a neighbour's region not yet
+			 * written) a read is short, which is legal. */
+			if (r < 0 || memcmp(buf, o->model + off, (size_t)r)) {
+				atomic_fetch_add(&sh->failures, 1);
+				break;
+			}
+		}
+	}
+	return NULL;
+}
+
+static void test_disjoint(void **state)
+{
+	(void)state;
+	struct shared sh = {0};
+	sh.seed = test_seed("mapping_threads_disjoint");
+	sh.iters = test_iters(3000, 150);
+	assert_int_equal(folio_engine_mem(&sh.engine, 64u << 20), 0);
+	struct folio_mapping_opts o = {.sz = sizeof(o),
+				       .block_size = 4096,
+				       .max_folio_size = 64 * 1024,
+				       .engine = sh.engine};
+	assert_int_equal(folio_mapping_new(&sh.map, &o), 0);
+	/* The whole space starts as zeros up to its end. */
+	assert_int_equal(folio_mapping_truncate(sh.map,
+						(uint64_t)THREADS * REGION),
+			 0);
+
+	struct owner *owners = calloc(THREADS, sizeof(*owners));
+	pthread_t tid[THREADS];
+	for (int i = 0; i < THREADS; i++) {
+		owners[i].sh = &sh;
+		owners[i].id = i;
+		assert_int_equal(pthread_create(&tid[i], NULL, owner_main,
+						&owners[i]),
+				 0);
+	}
+	for (int i = 0; i < THREADS; i++)
+		pthread_join(tid[i], NULL);
+	assert_int_equal(atomic_load(&sh.failures), 0);
+
+	unsigned char *got = malloc(REGION);
+	for (int i = 0; i < THREADS; i++) {
+		assert_int_equal(folio_mapping_read(sh.map, got, REGION,
+						    (uint64_t)i * REGION),
+				 REGION);
+		assert_memory_equal(got, owners[i].model, REGION);
+	}
+	/* And the same after it all went through the engine. */
+	assert_int_equal(folio_mapping_sync(sh.map, NULL), 0);
+	for (int i = 0; i < THREADS; i++) {
+		assert_int_equal(folio_engine_mem_peek(sh.engine, got, REGION,
+						       (uint64_t)i * REGION),
+				 0);
+		assert_memory_equal(got, owners[i].model, REGION);
+	}
+	free(got);
+	free(owners);
+	assert_int_equal(folio_mapping_free(sh.map), 0);
+	assert_int_equal(folio_engine_free(sh.engine), 0);
+}
+
+#define RECORD 512
+#define RECORDS 512 /* 256 KiB of records */
+#define WRITERS 3
+#define READERS 2
+
+struct rec_shared {
+	struct shared sh;
+	/* Per writer, the sequence number of its last write per record. */
+	uint32_t last[WRITERS][RECORDS];
+};
+
+/* A record is RECORD bytes of (writer, seq) stamps. */
+static void stamp(unsigned char *r, int writer, uint32_t seq)
+{
+	for (int i = 0; i < RECORD; i += 8) {
+		uint32_t w = (uint32_t)writer + 1;
+		memcpy(r + i, &w, 4);
+		memcpy(r + i + 4, &seq, 4);
+	}
+}
+
+/* 0 for a never-written (zero) record, -1 if torn, else writer + 1. */
+static int record_writer(const unsigned char *r, uint32_t *seq)
+{
+	uint32_t w, s;
+	memcpy(&w, r, 4);
+	memcpy(&s, r + 4, 4);
+	for (int i = 8; i < RECORD; i += 8)
+		if (memcmp(r + i, r, 8))
+			return -1;
+	*seq = s;
+	return (int)w;
+}
+
+struct rec_thread {
+	struct rec_shared *rs;
+	int id;
+};
+
+static void *rec_writer(void *arg)
+{
+	struct rec_thread *t = arg;
+	struct rec_shared *rs = t->rs;
+	uint64_t rng = rs->sh.seed * 7 + (uint64_t)t->id;
+	unsigned char buf[4 * RECORD];
+	for (uint32_t seq = 1; seq <= rs->sh.iters; seq++) {
+		/* One to four consecutive records per write. */
+		unsigned first = (unsigned)test_rand_below(&rng, RECORDS);
+		unsigned n = 1 + (unsigned)test_rand_below(&rng, 4);
+		if (first + n > RECORDS)
+			n = RECORDS - first;
+		for (unsigned k = 0; k < n; k++)
+			stamp(buf + k * RECORD, t->id, seq);
+		if (folio_mapping_write(rs->sh.map, buf, n * RECORD,
+					(uint64_t)first * RECORD) !=
+		    (ssize_t)(n * RECORD)) {
+			atomic_fetch_add(&rs->sh.failures, 1);
+			break;
+		}
+		for (unsigned k = 0; k < n; k++)
+			rs->last[t->id][first + k] = seq;
+	}
+	return NULL;
+}
+
+static void *rec_reader(void *arg)
+{
+	struct rec_thread *t = arg;
+	struct rec_shared *rs = t->rs;
+	uint64_t rng = rs->sh.seed * 13 + (uint64_t)t->id;
+	static _Thread_local unsigned char buf[64 * RECORD];
+	while (!atomic_load(&rs->sh.stop)) {
+		unsigned first = (unsigned)test_rand_below(&rng, RECORDS);
+		unsigned n = 1 + (unsigned)test_rand_below(&rng, 64);
+		if (first + n > RECORDS)
+			n = RECORDS - first;
+		ssize_t r = folio_mapping_read(rs->sh.map, buf, n * RECORD,
+					       (uint64_t)first * RECORD);
+		if (r != (ssize_t)(n * RECORD)) {
+			atomic_fetch_add(&rs->sh.failures, 1);
+			break;
+		}
+		for (unsigned k = 0; k < n; k++) {
+			uint32_t seq;
+			if (record_writer(buf + k * RECORD, &seq) < 0) {
+				atomic_fetch_add(&rs->sh.failures, 1);
+				return NULL;
+			}
+		}
+	}
+	return NULL;
+}
+
+static void test_overlapping(void **state)
+{
+	(void)state;
+	struct rec_shared *rs = calloc(1, sizeof(*rs));
+	rs->sh.seed = test_seed("mapping_threads_overlapping");
+	rs->sh.iters = test_iters(4000, 200);
+	assert_int_equal(folio_engine_mem(&rs->sh.engine, 16u << 20), 0);
+	struct folio_mapping_opts o = {.sz = sizeof(o),
+				       .block_size = 512,
+				       .max_folio_size = 16 * 1024,
+				       .size = RECORDS * RECORD,
+				       .engine = rs->sh.engine};
+	assert_int_equal(folio_mapping_new(&rs->sh.map, &o), 0);
+
+	pthread_t w[WRITERS], r[READERS];
+	struct rec_thread wt[WRITERS], rt[READERS];
+	for (int i = 0; i < READERS; i++) {
+		rt[i] = (struct rec_thread){rs, i};
+		assert_int_equal(pthread_create(&r[i], NULL, rec_reader, &rt[i]),
+				 0);
+	}
+	for (int i = 0; i < WRITERS; i++) {
+		wt[i] = (struct rec_thread){rs, i};
+		assert_int_equal(pthread_create(&w[i], NULL, rec_writer, &wt[i]),
+				 0);
+	}
+	for (int i = 0; i < WRITERS; i++)
+		pthread_join(w[i], NULL);
+	atomic_store(&rs->sh.stop, true);
+	for (int i = 0; i < READERS; i++)
+		pthread_join(r[i], NULL);
+	assert_int_equal(atomic_load(&rs->sh.failures), 0);
+
+	unsigned char *buf = malloc(RECORDS * RECORD);
+	assert_int_equal(folio_mapping_read(rs->sh.map, buf, RECORDS * RECORD,
+					    0),
+			 RECORDS * RECORD);
+	for (unsigned i = 0; i < RECORDS; i++) {
+		uint32_t seq = 0;
+		int who = record_writer(buf + i * RECORD, &seq);
+		assert_true(who >= 0);
+		if (who == 0) {
+			/* Never written by anyone. */
+			for (int k = 0; k < WRITERS; k++)
+				assert_int_equal(rs->last[k][i], 0);
+			continue;
+		}
+		/* It is the last write of that writer to this record. */
+		assert_int_equal(seq, rs->last[who - 1][i]);
+	}
+	assert_int_equal(folio_mapping_sync(rs->sh.map, NULL), 0);
+	free(buf);
+	assert_int_equal(folio_mapping_free(rs->sh.map), 0);
+	assert_int_equal(folio_engine_free(rs->sh.engine), 0);
+	free(rs);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_disjoint),
+		cmocka_unit_test(test_overlapping),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
