@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Compiled with only include/ on the include path, as strict C99 and
+ * without _GNU_SOURCE: the public header must bring everything it uses.
+ * The function makes the types complete enough to be used, so that a
+ * header that merely parses but names undeclared types still fails.
+ */
+#include "folio_state.h"
+
+size_t header_c99_use(struct folio *f, struct folio_range *r);
+
+size_t header_c99_use(struct folio *f, struct folio_range *r)
+{
+	struct folio_io io = {.op = FOLIO_IO_WRITE, .iov = NULL};
+	struct folio_extent ext = {.flags = FOLIO_EXTENT_HOLE};
+	ssize_t len = folio_next_dirty(f, &r->off);
+	bool up = folio_test_uptodate(f);
+	return (size_t)len + io.len + (size_t)ext.len + (up ? 1u : 0u) +
+	       FOLIO_MAX_SIZE;
+}

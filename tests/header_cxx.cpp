@@ -1,0 +1,23 @@
+// SPDX-License-Identifier: MIT
+// The public header from C++: it must compile there and its functions
+// must link with C linkage (a missing extern "C" fails at link time).
+#include "folio_state.h"
+
+#include <cstdio>
+
+int main()
+{
+	struct folio *f = nullptr;
+	if (folio_new(&f, 0, 64 * 1024, 4096) != 0)
+		return 1;
+	int r = folio_set_dirty_uptodate(f, 0, 64 * 1024);
+	if (r != (FOLIO_BECAME_DIRTY | FOLIO_BECAME_UPTODATE))
+		return 1;
+	folio_range runs[2];
+	if (folio_take_dirty(f, runs, 2) != 1 || runs[0].len != 64 * 1024)
+		return 1;
+	bool clean = !folio_test_dirty(f);
+	folio_put(f);
+	std::printf("folio API from C++: %s\n", clean ? "ok" : "FAILED");
+	return clean ? 0 : 1;
+}
