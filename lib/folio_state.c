@@ -115,15 +115,27 @@ static void sync_dirty_flag(struct folio *f, size_t n)
 					  memory_order_release);
 }
 
-int folio_clear_dirty(struct folio *f, size_t off, size_t len)
+/*
+ * Argument checks and inward rounding shared by the clear operations:
+ * returns 1 with [*first, *end) non-empty, 0 when there is nothing to
+ * clear, or a negative errno.
+ */
+static int clear_range(struct folio *f, size_t off, size_t len, size_t *first,
+		       size_t *end)
 {
 	int ret = folio_check_range(f, off, len);
 	if (ret || !len)
 		return ret;
+	blocks_inward(f, off, len, first, end);
+	return *first < *end;
+}
+
+int folio_clear_dirty(struct folio *f, size_t off, size_t len)
+{
 	size_t first, end;
-	blocks_inward(f, off, len, &first, &end);
-	if (first == end)
-		return 0;
+	int ret = clear_range(f, off, len, &first, &end);
+	if (ret <= 0)
+		return ret;
 	if (!f->nblocks_minus1) {
 		atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_DIRTY,
 					  memory_order_release);
@@ -139,13 +151,10 @@ int folio_clear_dirty(struct folio *f, size_t off, size_t len)
 
 int folio_clear_uptodate(struct folio *f, size_t off, size_t len)
 {
-	int ret = folio_check_range(f, off, len);
-	if (ret || !len)
-		return ret;
 	size_t first, end;
-	blocks_inward(f, off, len, &first, &end);
-	if (first == end)
-		return 0;
+	int ret = clear_range(f, off, len, &first, &end);
+	if (ret <= 0)
+		return ret;
 	if (!f->nblocks_minus1) {
 		/* A dirty block is the only copy of its data: keep it. */
 		unsigned v = load_flags(f);

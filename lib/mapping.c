@@ -216,6 +216,28 @@ struct folio *mapping_get_folio(struct folio_mapping *m, uint64_t pos,
 	return f;
 }
 
+struct folio *mapping_next_folio(struct folio_mapping *m, uint64_t *key,
+				 uint64_t last, int tag)
+{
+	/* The key wrapped past the top of the key space: nothing after. */
+	if (*key > last || *key == UINT64_MAX)
+		return NULL;
+	unsigned order;
+	pthread_rwlock_rdlock(&m->index_lock);
+	struct folio *f =
+		tag == INDEX_NO_TAG
+			? index_find(&m->index, key, last, &order)
+			: index_find_tagged(&m->index, key, last,
+					    (unsigned)tag, &order);
+	folio_get(f);
+	pthread_rwlock_unlock(&m->index_lock);
+	if (f) {
+		uint64_t next = *key + (UINT64_C(1) << order);
+		*key = next > *key ? next : UINT64_MAX;
+	}
+	return f;
+}
+
 void mapping_tag_dirty(struct folio_mapping *m, struct folio *f)
 {
 	pthread_rwlock_rdlock(&m->index_lock);

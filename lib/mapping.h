@@ -96,6 +96,15 @@ struct folio *mapping_lookup(struct folio_mapping *m, uint64_t pos);
 struct folio *mapping_get_folio(struct folio_mapping *m, uint64_t pos,
 				size_t len_hint, int *err);
 
+/*
+ * Iteration: the next folio at or after *key (only folios carrying `tag`
+ * unless it is INDEX_NO_TAG), referenced, with *key moved past it; NULL at
+ * the end of [*key, last]. The index may change between calls.
+ */
+#define INDEX_NO_TAG (-1)
+struct folio *mapping_next_folio(struct folio_mapping *m, uint64_t *key,
+				 uint64_t last, int tag);
+
 /* Tag the folio dirty in the index. Call with the folio locked, after a
  * state change returned FOLIO_BECAME_DIRTY. */
 void mapping_tag_dirty(struct folio_mapping *m, struct folio *f);

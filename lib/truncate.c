@@ -8,20 +8,6 @@
 
 #include "mapping.h"
 
-/* Next folio at or after *key (referenced), advancing *key past it. */
-static struct folio *next_folio(struct folio_mapping *m, uint64_t *key,
-				uint64_t last)
-{
-	unsigned order;
-	pthread_rwlock_rdlock(&m->index_lock);
-	struct folio *f = index_find(&m->index, key, last, &order);
-	folio_get(f);
-	pthread_rwlock_unlock(&m->index_lock);
-	if (f)
-		*key += UINT64_C(1) << order;
-	return f;
-}
-
 /* Shrink the cache to `size`: drop folios wholly past it, zero and clean
  * the cut part of the folio that straddles it. */
 static void shrink_cache(struct folio_mapping *m, uint64_t size)
@@ -30,7 +16,7 @@ static void shrink_cache(struct folio_mapping *m, uint64_t size)
 	struct folio *f;
 	/* A folio holding `size` may start below its key's position: start
 	 * from the folio holding size itself. */
-	while ((f = next_folio(m, &key, UINT64_MAX))) {
+	while ((f = mapping_next_folio(m, &key, UINT64_MAX, INDEX_NO_TAG))) {
 		folio_lock(f);
 		mapping_wait_writeback(m, f);
 		if (f->pos >= size) {
@@ -43,8 +29,6 @@ static void shrink_cache(struct folio_mapping *m, uint64_t size)
 		}
 		folio_unlock(f);
 		folio_put(f);
-		if (!key)
-			break;
 	}
 }
 
@@ -89,7 +73,7 @@ int folio_mapping_invalidate(struct folio_mapping *m, uint64_t pos,
 	uint64_t key = mapping_key(m, pos);
 	uint64_t last = mapping_key(m, end - 1);
 	struct folio *f;
-	while ((f = next_folio(m, &key, last))) {
+	while ((f = mapping_next_folio(m, &key, last, INDEX_NO_TAG))) {
 		folio_lock(f);
 		mapping_wait_writeback(m, f);
 		uint64_t fend = f->pos + folio_size(f);
@@ -106,8 +90,6 @@ int folio_mapping_invalidate(struct folio_mapping *m, uint64_t pos,
 			kept_dirty = true;
 		folio_unlock(f);
 		folio_put(f);
-		if (!key)
-			break;
 	}
 	pthread_rwlock_unlock(&m->io_lock);
 	return kept_dirty && !discard ? -EBUSY : 0;

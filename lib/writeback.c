@@ -234,17 +234,9 @@ static int64_t writeback_pass(struct folio_mapping *m,
 	if (p->start < end) {
 		uint64_t key = mapping_key(m, p->start);
 		uint64_t last = mapping_key(m, end - 1);
-		for (;;) {
-			unsigned order;
-			pthread_rwlock_rdlock(&m->index_lock);
-			struct folio *f = index_find_tagged(
-				&m->index, &key, last, INDEX_TAG_DIRTY, &order);
-			folio_get(f);
-			pthread_rwlock_unlock(&m->index_lock);
-			if (!f)
-				break;
-			key += UINT64_C(1) << order;
-
+		struct folio *f;
+		while ((f = mapping_next_folio(m, &key, last,
+					       INDEX_TAG_DIRTY))) {
 			folio_lock(f);
 			if (folio_test_writeback(f)) {
 				if (!p->wait_busy) {
@@ -272,8 +264,7 @@ static int64_t writeback_pass(struct folio_mapping *m,
 			}
 			folio_unlock(f);
 			folio_put(f);
-			if ((p->budget && queued >= p->budget) || !key ||
-			    key > last)
+			if (p->budget && queued >= p->budget)
 				break;
 		}
 	}
@@ -365,16 +356,9 @@ int folio_mapping_dirty_ranges(struct folio_mapping *m, uint64_t start,
 	if (start < stop) {
 		uint64_t key = mapping_key(m, start);
 		uint64_t last = mapping_key(m, stop - 1);
-		for (;;) {
-			unsigned order;
-			pthread_rwlock_rdlock(&m->index_lock);
-			struct folio *f = index_find_tagged(
-				&m->index, &key, last, INDEX_TAG_DIRTY, &order);
-			folio_get(f);
-			pthread_rwlock_unlock(&m->index_lock);
-			if (!f)
-				break;
-			key += UINT64_C(1) << order;
+		struct folio *f;
+		while (!r && (f = mapping_next_folio(m, &key, last,
+						     INDEX_TAG_DIRTY))) {
 			size_t off = 0;
 			ssize_t run;
 			while (!r && (run = folio_next_dirty(f, &off)) > 0) {
@@ -386,8 +370,6 @@ int folio_mapping_dirty_ranges(struct folio_mapping *m, uint64_t start,
 				off += (size_t)run;
 			}
 			folio_put(f);
-			if (r || !key || key > last)
-				break;
 		}
 	}
 	pthread_rwlock_unlock(&m->io_lock);
