@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Run the folio-bench sweeps behind the plots and keep their --json output.
+#
+#   bench/plot/collect.sh [FOLIO_BENCH] [DATADIR]
+#
+# FOLIO_BENCH: the binary (default: first of build-bench/, build/release/,
+# build/). DATADIR: where the JSON files go (default doc/plots/data).
+# Environment: RUNTIME (s per variant, default 2), SIZE (file, default 64M),
+# JOBS (default 4), MODEL (device model for the modelled set, default
+# bw=200M,lat=50), DIR (temporary files, default /var/tmp).
+# Takes about 2 * 6 * 2 * RUNTIME s for randwrite-sync plus ~30 s.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+bin=${1:-}
+if [ -z "$bin" ]; then
+	for b in build-bench build/release build; do
+		[ -x "$b/examples/folio-bench" ] && { bin=$b/examples/folio-bench; break; }
+	done
+fi
+[ -n "$bin" ] && [ -x "$bin" ] || { echo "collect.sh: build folio-bench first" >&2; exit 2; }
+out=${2:-doc/plots/data}
+mkdir -p "$out"
+runtime=${RUNTIME:-2}
+size=${SIZE:-64M}
+jobs=${JOBS:-4}
+model=${MODEL:-bw=200M,lat=50}
+dir=${DIR:-/var/tmp}
+
+run() { # file, then folio-bench arguments
+	local file=$1; shift
+	echo "folio-bench $* > $file" >&2
+	"$bin" "$@" --json >"$out/$file.tmp"
+	mv "$out/$file.tmp" "$out/$file"
+}
+
+# (a) 4 KiB random overwrites + sync against folio size: the real posix
+# engine on --dir, and the mem engine behind the device model (no real
+# I/O, so only the modelled device decides the throughput).
+for fs in 4K 16K 64K 256K 1M 2M; do
+	run "randwrite-posix-$fs.json" randwrite-sync --engine posix \
+		--folio-size "$fs" --size "$size" --runtime "$runtime" \
+		--jobs "$jobs" --no-kernel --dir "$dir"
+	run "randwrite-model-$fs.json" randwrite-sync --engine mem \
+		--device-model "$model" --folio-size "$fs" --size "$size" \
+		--runtime "$runtime" --jobs "$jobs"
+done
+# The kernel page cache on the same setup, for reference in the plot.
+run "randwrite-kernel.json" randwrite-sync --engine posix --tracking block \
+	--folio-size 64K --size "$size" --runtime "$runtime" --jobs "$jobs" \
+	--dir "$dir"
+
+# (b) 1 KiB writes: library vs kernel page cache vs memcpy.
+run fstime.json fstime --runtime "$runtime"
+
+# (c) 128 KiB sequential writes against max folio size.
+run seqwrite.json seqwrite --size 256M --runtime "$runtime" \
+	--folio-sizes 4K,8K,16K,32K,64K,128K,256K,512K,1M,2M
+echo "JSON in $out" >&2

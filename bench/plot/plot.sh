@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Turn the JSON files of bench/plot/collect.sh into PNG plots.
+#
+#   bench/plot/plot.sh [DATADIR] [OUTDIR]
+#
+# DATADIR defaults to doc/plots/data, OUTDIR to doc/plots. Needs python3
+# (to flatten the JSON into columns) and gnuplot with the pngcairo
+# terminal. Writes randwrite-wa.png, randwrite-mbs.png, fstime.png and
+# seqwrite.png.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here/../.."
+data=${1:-doc/plots/data}
+out=${2:-doc/plots}
+mkdir -p "$out"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+python3 - "$data" "$tmp" <<'PY'
+import glob, json, os, sys
+
+data, tmp = sys.argv[1], sys.argv[2]
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)["workloads"][0]
+
+def variants(w):
+    return {v["name"]: v for v in w["variants"]}
+
+# (a) one row per folio size: block and whole-folio figures, real and
+# modelled.
+rows = {}
+model_label = ""
+for path in glob.glob(os.path.join(data, "randwrite-*-*.json")):
+    kind = os.path.basename(path).split("-")[1]
+    if kind not in ("posix", "model"):
+        continue
+    w = load(path)
+    fs = int(w["params"]["folio_size"])
+    v = variants(w)
+    r = rows.setdefault(fs, {})
+    for name, key in (("block tracking", "block"), ("whole-folio", "folio")):
+        if name in v:
+            r["%s_%s_mbs" % (kind, key)] = v[name]["mb_per_s"]
+            r["%s_%s_wa" % (kind, key)] = v[name]["write_amplification"]
+    if kind == "model" and w.get("device_model"):
+        dm = w["device_model"]
+        bw = dm.get("bw_bytes_per_s")
+        model_label = "lat %g us" % dm["lat_us"]
+        if bw:
+            model_label = "%s MiB/s, %s" % (format(bw / 2**20, "g"),
+                                             model_label)
+cols = ["posix_block_mbs", "posix_folio_mbs", "model_block_mbs",
+        "model_folio_mbs", "posix_block_wa", "posix_folio_wa",
+        "model_block_wa", "model_folio_wa"]
+with open(os.path.join(tmp, "randwrite.dat"), "w") as f:
+    f.write("# folio_size " + " ".join(cols) + "\n")
+    for fs in sorted(rows):
+        f.write("%d %s\n" % (fs, " ".join(
+            str(rows[fs].get(c, "NaN")) for c in cols)))
+kernel = "NaN"
+kpath = os.path.join(data, "randwrite-kernel.json")
+if os.path.exists(kpath):
+    kv = variants(load(kpath))
+    if "kernel page cache" in kv:
+        kernel = kv["kernel page cache"]["mb_per_s"]
+
+# (b) fstime bars.
+fstime_title = ""
+fpath = os.path.join(data, "fstime.json")
+if os.path.exists(fpath):
+    w = load(fpath)
+    v = variants(w)
+    with open(os.path.join(tmp, "fstime.dat"), "w") as f:
+        f.write("# label writes_per_s mb_per_s ns_per_write\n")
+        for name, label in (("lib", "library (mem engine)"),
+                            ("kernel page cache", "kernel (pwrite, tmpfs)"),
+                            ("memcpy", "memcpy (limit)")):
+            if name in v:
+                f.write('"%s" %g %g %g\n' % (label, v[name]["writes_per_s"],
+                                             v[name]["mb_per_s"],
+                                             v[name]["ns_per_write"]))
+    fstime_title = "%d B writes over a %d KiB region, cache hot" % (
+        w["params"]["bs"], w["params"]["size"] // 1024)
+
+# (c) seqwrite lines.
+seq_title = ""
+spath = os.path.join(data, "seqwrite.json")
+if os.path.exists(spath):
+    w = load(spath)
+    with open(os.path.join(tmp, "seqwrite.dat"), "w") as f:
+        f.write("# max_folio write_mbs write_sync_mbs typical_folio\n")
+        for v in sorted(w["variants"], key=lambda v: v["max_folio_size"]):
+            f.write("%d %g %g %d\n" % (v["max_folio_size"],
+                                       v["write_mb_per_s"],
+                                       v["write_sync_mb_per_s"],
+                                       v["typical_folio_size"]))
+    seq_title = "%d KiB sequential writes of %d MiB, %s engine" % (
+        w["params"]["bs"] // 1024, w["params"]["size"] >> 20,
+        w["params"]["engine"])
+
+with open(os.path.join(tmp, "vars.gp"), "w") as f:
+    f.write('model_label = "%s"\n' % model_label)
+    f.write("kernel_mbs = %s\n" % kernel)
+    f.write('fstime_title = "%s"\n' % fstime_title)
+    f.write('seq_title = "%s"\n' % seq_title)
+PY
+
+gnuplot -e "tmp='$tmp'; out='$out'" "$here/plots.gp"
+ls -1 "$out"/*.png

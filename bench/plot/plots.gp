@@ -1,0 +1,89 @@
+# Plots of folio-bench results; run through bench/plot/plot.sh, which sets
+# `tmp` (flattened data and vars.gp) and `out` (where the PNGs go).
+load tmp.'/vars.gp'
+
+set terminal pngcairo size 900,560 enhanced font 'DejaVu Sans,11'
+set grid lc rgb '#dddddd'
+set key top left box opaque
+set datafile missing 'NaN'
+
+# Folio sizes are powers of two: a log2 axis labelled in K/M.
+set logscale x 2
+set xtics ('4K' 4096, '16K' 16384, '64K' 65536, '256K' 262144, \
+           '1M' 1048576, '2M' 2097152)
+set xrange [3000:2800000]
+
+# (a1) write amplification
+set output out.'/randwrite-wa.png'
+set title "4 KiB random overwrites + sync: bytes written back per byte written"
+set xlabel 'folio size (4 KiB blocks)'
+set ylabel 'write amplification'
+set logscale y 2
+set ytics ('1' 1, '4' 4, '16' 16, '64' 64, '256' 256, '512' 512)
+set yrange [0.7:800]
+plot tmp.'/randwrite.dat' using 1:6 with linespoints lw 2 pt 7 lc rgb '#1f77b4' \
+       title 'per-block dirty tracking', \
+     '' using 1:7 with linespoints lw 2 pt 5 lc rgb '#d62728' \
+       title 'whole-folio tracking', \
+     '' using 1:($1/4096) with lines dt 2 lc rgb '#888888' \
+       title 'folio size / block size'
+
+# (a2) throughput
+set title "4 KiB random overwrites + sync: throughput by folio size"
+set ylabel 'MB/s (log scale)'
+set logscale y 10
+set ytics auto
+set format y '%g'
+set yrange [*:*]
+set key at screen 0.5, screen 0.02 center bottom box
+set bmargin 10
+set terminal pngcairo size 900,680 enhanced font 'DejaVu Sans,11'
+set output out.'/randwrite-mbs.png'
+plot tmp.'/randwrite.dat' using 1:2 with linespoints lw 2 pt 7 lc rgb '#1f77b4' \
+       title 'per-block, posix engine (real disk, fdatasync)', \
+     '' using 1:3 with linespoints lw 2 pt 5 lc rgb '#d62728' \
+       title 'whole-folio, posix engine (real disk, fdatasync)', \
+     '' using 1:4 with linespoints lw 2 dt 2 pt 6 lc rgb '#1f77b4' \
+       title 'per-block, modelled device ('.model_label.')', \
+     '' using 1:5 with linespoints lw 2 dt 2 pt 4 lc rgb '#d62728' \
+       title 'whole-folio, modelled device ('.model_label.')', \
+     kernel_mbs with lines dt 3 lw 2 lc rgb '#2ca02c' \
+       title 'kernel page cache, real disk (pwrite + fdatasync)'
+
+unset logscale
+set bmargin
+set terminal pngcairo size 900,560 enhanced font 'DejaVu Sans,11'
+set xtics auto
+set xrange [*:*]
+set yrange [0:*]
+
+# (b) 1 KiB writes: bars
+set output out.'/fstime.png'
+set title "Small-write throughput: ".fstime_title
+set style data histograms
+set style fill solid 0.8 border -1
+set boxwidth 0.6
+set ylabel 'million writes/s'
+unset xlabel
+set key off
+set xtics nomirror
+set format y '%g'
+plot tmp.'/fstime.dat' using ($2/1e6):xtic(1) lc rgb '#1f77b4', \
+     '' using 0:($2/1e6):(sprintf('%.2f M/s, %.0f ns', $2/1e6, $4)) \
+       with labels offset 0,1 notitle
+
+# (c) sequential writes against max folio size
+set output out.'/seqwrite.png'
+set style data linespoints
+set title "Sequential writes: ".seq_title
+set logscale x 2
+set xtics ('4K' 4096, '8K' 8192, '16K' 16384, '32K' 32768, '64K' 65536, \
+           '128K' 131072, '256K' 262144, '512K' 524288, '1M' 1048576, \
+           '2M' 2097152)
+set xrange [3000:2800000]
+set xlabel 'max folio size (new folios are sized from the 128 KiB write, up to this)'
+set ylabel 'MB/s'
+set key inside bottom right box opaque
+plot tmp.'/seqwrite.dat' using 1:2 lw 2 pt 7 lc rgb '#1f77b4' \
+       title 'write (no sync in the loop)', \
+     '' using 1:3 lw 2 pt 5 lc rgb '#ff7f0e' title 'write + sync'

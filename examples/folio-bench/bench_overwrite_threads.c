@@ -1,0 +1,298 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * overwrite-threads: how the buffered-write path scales with threads that
+ * never touch the same folio. Threads overwrite disjoint, folio-aligned
+ * ranges of one cache-hot mapping (mem engine, no sync in the loop), so
+ * whatever stops the scaling is shared state in the mapping itself (its
+ * locks, the index, the statistics counters), not data contention.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+static struct bench_list counts; /* empty: 1, 2, 4 ... --jobs */
+
+static struct bench_xopt xopts[] = {
+	{.name = "threads", .type = BENCH_X_COUNTS, .var = &counts,
+	 .metavar = "LIST",
+	 .help = "thread counts to run (default: powers of two up to "
+		 "--jobs, and --jobs)"},
+	{0},
+};
+
+struct worker {
+	struct folio_mapping *m;
+	uint64_t base, slots, bs;
+	unsigned index;
+	atomic_bool *stop;
+	uint64_t ops;
+	int error;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	uint64_t seed = 0xabcd0000u + w->index * 7919u + 1;
+	unsigned char *buf = malloc(w->bs);
+	if (!buf) {
+		w->error = -ENOMEM;
+		return NULL;
+	}
+	memset(buf, (int)(0x30 + w->index), w->bs);
+	while (!atomic_load_explicit(w->stop, memory_order_relaxed)) {
+		/* A batch between checks of the stop flag keeps its cache
+		 * line out of the measured path. */
+		for (int i = 0; i < 64; i++) {
+			uint64_t off = w->base +
+				       (bench_rand(&seed) % w->slots) * w->bs;
+			ssize_t r = folio_mapping_write(w->m, buf, w->bs, off);
+			if (r != (ssize_t)w->bs) {
+				w->error = r < 0 ? (int)r : -EIO;
+				free(buf);
+				return NULL;
+			}
+		}
+		w->ops += 64;
+	}
+	free(buf);
+	return NULL;
+}
+
+/* A loop that touches no shared memory: how far this machine itself lets
+ * n threads scale (vCPUs may share a core, or the host may be busy). */
+static void *spin_main(void *arg)
+{
+	struct worker *w = arg;
+	uint64_t seed = w->index + 1, sink = 0;
+	while (!atomic_load_explicit(w->stop, memory_order_relaxed)) {
+		for (int i = 0; i < 4096; i++)
+			sink += bench_rand(&seed);
+		w->ops += 4096;
+	}
+	w->bs = sink; /* keep the loop */
+	return NULL;
+}
+
+static int warm(struct folio_mapping *m, uint64_t size)
+{
+	size_t chunk = MIB;
+	char *buf = malloc(chunk);
+	if (!buf)
+		return -ENOMEM;
+	memset(buf, 'w', chunk);
+	int err = 0;
+	for (uint64_t at = 0; at < size && !err; at += chunk) {
+		size_t n = (size_t)(size - at < chunk ? size - at : chunk);
+		ssize_t r = folio_mapping_write(m, buf, n, at);
+		if (r != (ssize_t)n)
+			err = r < 0 ? (int)r : -EIO;
+	}
+	free(buf);
+	return err;
+}
+
+static double spin_rate(struct bench_ctx *c, unsigned n)
+{
+	struct worker *w = calloc(n, sizeof(*w));
+	if (!w)
+		return 0;
+	atomic_bool stop;
+	for (unsigned i = 0; i < n; i++)
+		w[i] = (struct worker){.index = i, .stop = &stop};
+	double t = c->o.runtime / 4 < 0.5 ? c->o.runtime / 4 : 0.5;
+	double secs = bench_run_threads("overwrite-threads [CPU loop]", n,
+					spin_main, w, sizeof(*w), t, &stop);
+	uint64_t ops = 0;
+	for (unsigned i = 0; i < n; i++)
+		ops += w[i].ops;
+	free(w);
+	return secs > 0 ? (double)ops / secs : 0;
+}
+
+static int measure(struct bench_ctx *c, struct folio_mapping *m, unsigned n,
+		   double *ops_s, double *cpu_s)
+{
+	const struct bench_opts *o = &c->o;
+	/* Every count starts from a clean cache so each pays the same
+	 * clean-to-dirty transitions. */
+	int err = folio_mapping_sync(m, NULL);
+	if (err)
+		return err;
+	uint64_t span = o->size / n / o->folio_size * o->folio_size;
+	if (span < o->bs) {
+		fprintf(stderr, "folio-bench overwrite-threads: --size too "
+				"small for %u threads\n",
+			n);
+		return -EINVAL;
+	}
+	struct worker *w = calloc(n, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	atomic_bool stop;
+	for (unsigned i = 0; i < n; i++)
+		w[i] = (struct worker){.m = m, .base = i * span,
+				       .slots = span / o->bs, .bs = o->bs,
+				       .index = i, .stop = &stop};
+	char what[64];
+	snprintf(what, sizeof(what), "overwrite-threads [%u threads]", n);
+	double secs = bench_run_threads(what, n, worker_main, w, sizeof(*w),
+					o->runtime, &stop);
+	uint64_t ops = 0;
+	for (unsigned i = 0; i < n; i++) {
+		if (w[i].error && !err)
+			err = w[i].error;
+		ops += w[i].ops;
+	}
+	free(w);
+	if (secs < 0)
+		return -EAGAIN;
+	*ops_s = (double)ops / secs;
+	*cpu_s = spin_rate(c, n);
+	char name[32];
+	snprintf(name, sizeof(name), "%u threads", n);
+	struct bench_variant *v = bench_variant(c, name);
+	bench_num(v, "threads", n);
+	bench_num(v, "seconds", secs);
+	bench_num(v, "ops", (double)ops);
+	bench_num(v, "ops_per_s", *ops_s);
+	bench_num(v, "ops_per_s_per_thread", *ops_s / n);
+	bench_num(v, "mb_per_s", *ops_s * (double)o->bs / 1e6);
+	bench_num(v, "cpu_loop_per_s", *cpu_s);
+	return err;
+}
+
+static int run(struct bench_ctx *c)
+{
+	const struct bench_opts *o = &c->o;
+	struct bench_list list = counts;
+	if (!list.n) {
+		for (unsigned t = 1; t <= o->jobs && list.n < BENCH_LIST_MAX;
+		     t *= 2)
+			list.v[list.n++] = t;
+		if (list.v[list.n - 1] != o->jobs && list.n < BENCH_LIST_MAX)
+			list.v[list.n++] = o->jobs;
+	}
+	for (unsigned i = 0; i < list.n; i++)
+		if (list.v[i] > 1024) {
+			fprintf(stderr, "folio-bench overwrite-threads: at "
+					"most 1024 threads\n");
+			return 2;
+		}
+	if (o->bs > o->folio_size || o->bs % o->block_size) {
+		fprintf(stderr, "folio-bench overwrite-threads: --bs must be "
+				"a multiple of --block-size and at most "
+				"--folio-size\n");
+		return 2;
+	}
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	char s1[32], s2[32], s3[32];
+	bench_title(c, "%s random overwrites of disjoint ranges of one "
+		       "cache-hot %s mapping, %s folios, %s engine, no sync",
+		    bench_fmt_size(s1, sizeof(s1), o->bs),
+		    bench_fmt_size(s2, sizeof(s2), o->size),
+		    bench_fmt_size(s3, sizeof(s3), o->folio_size),
+		    bench_engine_name(o->engine));
+
+	struct bench_engine be;
+	int fd = -1;
+	if (o->engine != BENCH_ENGINE_MEM && (fd = bench_tmpfile(o->dir)) < 0)
+		return 1;
+	int err = bench_engine_open(c, &be, o->engine, fd, o->size);
+	if (err) {
+		if (fd >= 0)
+			close(fd);
+		return 1;
+	}
+	struct folio_mapping_opts mo = {
+		.sz = sizeof(mo),
+		.block_size = o->block_size,
+		.max_folio_size = o->folio_size,
+		.flags = o->tracking == BENCH_TRACK_FOLIO
+				 ? FOLIO_MAPPING_FOLIO_DIRTY : 0,
+		.engine = be.engine,
+	};
+	struct folio_mapping *m = NULL;
+	err = folio_mapping_new(&m, &mo);
+	if (!err)
+		err = warm(m, o->size);
+	double r[BENCH_LIST_MAX] = {0}, cpu[BENCH_LIST_MAX] = {0};
+	for (unsigned i = 0; i < list.n && !err; i++)
+		err = measure(c, m, (unsigned)list.v[i], &r[i], &cpu[i]);
+	if (m) {
+		int s = folio_mapping_sync(m, NULL);
+		int f = folio_mapping_free(m);
+		if (!err)
+			err = s ? s : f;
+	}
+	bench_engine_close(&be);
+	if (fd >= 0)
+		close(fd);
+	if (err) {
+		fprintf(stderr, "folio-bench overwrite-threads: %s\n",
+			strerror(-err));
+		return 1;
+	}
+	char base[32];
+	snprintf(base, sizeof(base), "%llu thread%s",
+		 (unsigned long long)list.v[0], list.v[0] == 1 ? "" : "s");
+	for (unsigned i = 0; i < list.n; i++) {
+		char fig[64];
+		snprintf(fig, sizeof(fig), "%llu thread%s",
+			 (unsigned long long)list.v[i],
+			 list.v[i] == 1 ? "" : "s");
+		bench_row(c, &(struct bench_row){
+				     .figure = fig, .value = r[i],
+				     .unit = "ops/s", .cmp = i ? base : NULL,
+				     .ratio = i ? r[i] / r[0] : 0,
+				     .flags = i + 1 == list.n
+						      ? BENCH_ROW_HEADLINE
+						      : 0});
+	}
+	for (unsigned i = 1; i < list.n; i++) {
+		char fig[64];
+		snprintf(fig, sizeof(fig), "%llu threads: CPU-only loop",
+			 (unsigned long long)list.v[i]);
+		bench_row(c, &(struct bench_row){
+				     .figure = fig, .value = cpu[i] / 1e6,
+				     .unit = "M iter/s", .cmp = base,
+				     .ratio = cpu[0] > 0 ? cpu[i] / cpu[0]
+							 : 0,
+				     .flags = i + 1 == list.n
+						      ? BENCH_ROW_HEADLINE
+						      : 0});
+	}
+	bench_note(c, "ratio = speedup over %s; %ld CPUs online. The "
+		      "CPU-only loop (no shared memory) shows the scaling "
+		      "the machine itself allows",
+		   base, cpus);
+	return 0;
+}
+
+static struct bench_cmd cmd = {
+	.name = "overwrite-threads",
+	.summary = "4 KiB overwrites from 1..N threads on disjoint ranges of "
+		   "one mapping: scaling",
+	.exec = run,
+	.in_default = true,
+	.order = 40,
+	.help =
+	"Writes the whole --size mapping once (mem engine: no I/O), then for\n"
+	"each thread count: syncs (untimed, so every count starts clean),\n"
+	"splits the mapping into folio-aligned equal ranges, one per thread,\n"
+	"and lets each thread overwrite --bs pieces at random offsets of its\n"
+	"own range for --runtime seconds. Reports ops/s per thread count and\n"
+	"the speedup over the first count, next to the speedup of a loop that\n"
+	"shares nothing (what the machine allows: vCPUs may share a core).",
+	.defaults = {.size = 64 * MIB, .bs = 4 * KIB, .jobs = 8, .runtime = 2,
+		     .folio_size = 64 * KIB, .block_size = 4 * KIB,
+		     .engine = BENCH_ENGINE_MEM},
+	.uses = BOPT_SIZE | BOPT_BS | BOPT_JOBS | BOPT_RUNTIME |
+		BOPT_FOLIO_SIZE | BOPT_BLOCK_SIZE | BOPT_ENGINE |
+		BOPT_TRACKING | BOPT_DIR,
+	.xopts = xopts,
+	.quick_runtime = 1,
+};
+BENCH_REGISTER(cmd)
