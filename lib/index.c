@@ -4,7 +4,7 @@
  *
  * Slot encoding (low two bits of the word):
  *   0            empty
- *   ptr | 00     an entry (callers guarantee 4-byte alignment)
+ *   ptr | 00     an entry (insert refuses entries not 4-byte aligned)
  *   ptr | 01     a child node
  *   ... | 10     a back-reference inside a multi-slot entry: bits 8..13
  *                hold the slot of the entry's first slot and bits 2..4 the
@@ -62,10 +62,10 @@ static inline unsigned sib_log(uintptr_t v)
 	return (unsigned)(v >> 2) & 7u;
 }
 
-/* n consecutive bits from bit i; n <= 32 for entries, 64 only at i == 0. */
+/* n consecutive bits from bit i; entries fill at most 32 slots. */
 static inline uint64_t bits(unsigned i, unsigned n)
 {
-	return (n >= 64 ? ALL_BITS : (UINT64_C(1) << n) - 1) << i;
+	return ((UINT64_C(1) << n) - 1) << i;
 }
 
 static inline unsigned level_of(unsigned order)
@@ -73,7 +73,9 @@ static inline unsigned level_of(unsigned order)
 	return order / INDEX_NODE_SHIFT * INDEX_NODE_SHIFT;
 }
 
-/* Keys a node at `shift` spans end beyond 2^64 from level 60 on. */
+/* Whether key lies past everything a node at `shift` spans. A node at
+ * level 60 spans the whole key space, and shifting by 66 would be
+ * undefined, hence the first test. */
 static inline bool beyond_node(uint64_t key, unsigned shift)
 {
 	return shift + INDEX_NODE_SHIFT < 64 &&
@@ -340,7 +342,12 @@ int index_insert(struct fs_index *idx, uint64_t first, unsigned order,
 	if (err)
 		return err;
 
+	/* At most 2 per level: growth adds the levels above the old root and
+	 * a path that leaves the old root's chain high up needs a node at
+	 * every level below, those of the old root included. */
 	struct index_node *fresh[2 * INDEX_MAX_LEVELS];
+	if (missing > sizeof(fresh) / sizeof(fresh[0]))
+		return -EINVAL; /* cannot happen; keeps the stack safe */
 	for (unsigned k = 0; k < missing; k++) {
 		fresh[k] = node_alloc();
 		if (!fresh[k]) {

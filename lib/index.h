@@ -24,7 +24,7 @@
  * Memory: a node is INDEX_NODE_BYTES = 536 bytes on LP64 (64 slot
  * pointers, a presence word, two tag words; the level is implied by the
  * depth, never stored). Dense single-key entries fill leaves completely:
- * 10^6 of them take 15,873 nodes = 8.5 MB, about 8.5 bytes per entry.
+ * 10^6 of them take 15,875 nodes = 8.5 MB, about 8.5 bytes per entry.
  * Sparse keys cost more: a lone key costs a chain of nodes down to the
  * leaf.
  *
