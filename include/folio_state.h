@@ -786,7 +786,9 @@ struct folio_mapping_stats {
 	uint64_t wb_merges;      /* runs appended to an existing request */
 	uint64_t map_calls;
 	uint64_t retries;        /* short writes resubmitted */
-	uint64_t errors;         /* failed engine requests */
+	uint64_t errors;         /* errors recorded: failed engine requests
+				  * and flushes, and syncs that gave up on
+				  * an engine that kept writing short */
 	uint64_t flushes;
 	uint64_t cached_bytes;   /* uptodate bytes in the cache */
 	uint64_t dirty_bytes;

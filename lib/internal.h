@@ -78,6 +78,13 @@ static inline size_t folio_nblocks(const struct folio *f)
 int folio_alloc(struct folio **out, uint64_t pos, size_t size,
 		size_t block_size, bool zero);
 
+/* folio_take_dirty() of the runs at or after byte `from` only: writeback
+ * resumes behind the runs it already queued, so bytes that a failed
+ * inline completion put back are left for the next pass instead of being
+ * taken (and failed) again forever. */
+int folio_take_dirty_from(struct folio *f, size_t from,
+			  struct folio_range *runs, size_t max_runs);
+
 /* Number of uptodate and dirty blocks (statistics). */
 void folio_count_blocks(struct folio *f, size_t *uptodate, size_t *dirty);
 

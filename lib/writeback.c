@@ -181,8 +181,10 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
 
 	uint64_t queued = 0;
 	struct folio_range runs[RUNS_PER_TAKE];
+	size_t from = 0;
 	int n;
-	while ((n = folio_take_dirty(f, runs, RUNS_PER_TAKE)) > 0) {
+	while ((n = folio_take_dirty_from(f, from, runs, RUNS_PER_TAKE)) > 0) {
+		from = runs[n - 1].off + runs[n - 1].len;
 		n = merge_gaps(f, runs, n, gap);
 		for (int i = 0; i < n; i++) {
 			uint64_t pos = f->pos + runs[i].off;
@@ -309,6 +311,7 @@ int folio_mapping_sync(struct folio_mapping *m, folio_errseq_t *cursor)
 			/* The engine keeps writing short: the rest is still
 			 * dirty, and this sync must not claim success. */
 			errseq_record(m, -EIO);
+			stat_add(&m->stats.errors, 1);
 			break;
 		}
 	}

@@ -559,6 +559,41 @@ static void test_error_redirty(void **state)
 	fx->map = NULL;
 }
 
+/* An engine that fails every write inline, with one folio's dirty data in
+ * several requests: each pass puts the failed runs back and moves on
+ * (it once took them again forever). */
+static void test_persistent_inline_failure(void **state)
+{
+	struct fixture *fx = *state;
+	unsigned char buf[64 * KIB];
+	memset(buf, 0x17, sizeof(buf));
+	/* Two runs with a clean block between them, and a run longer than
+	 * the request limit, all in one 64 KiB folio. */
+	assert_int_equal(folio_mapping_write(fx->map, buf, 4096, 0), 4096);
+	assert_int_equal(folio_mapping_write(fx->map, buf, 4096, 8192), 4096);
+	assert_int_equal(folio_mapping_write(fx->map, buf, 32768, 16384),
+			 32768);
+	struct folio_mem_fault f = {.sz = sizeof(f),
+				    .ops = FOLIO_MEM_OP_WRITE,
+				    .error = -EIO};
+	assert_int_equal(folio_engine_mem_inject(fx->engine, &f), 0);
+	assert_int_equal(folio_mapping_sync(fx->map, NULL), -EIO);
+	struct folio_writeback_opts o = {.sz = sizeof(o),
+					 .max_request = 8192,
+					 .flags = FOLIO_WB_WAIT};
+	assert_int_equal(folio_mapping_writeback(fx->map, &o), 40960);
+	assert_int_equal(folio_mapping_sync(fx->map, NULL), -EIO);
+	assert_int_equal(mstats(fx->map).dirty_bytes, 40960);
+	assert_int_equal(folio_engine_mem_clear_faults(fx->engine), 0);
+	assert_int_equal(folio_mapping_sync(fx->map, NULL), 0);
+	assert_int_equal(mstats(fx->map).dirty_bytes, 0);
+	unsigned char want[64 * KIB] = {0};
+	memset(want, 0x17, 4096);
+	memset(want + 8192, 0x17, 4096);
+	memset(want + 16384, 0x17, 32768);
+	assert_store(fx->engine, want, 16384 + 32768);
+}
+
 /* Only the failed request's bytes are put back. */
 static void test_error_exact_range(void **state)
 {
@@ -843,6 +878,7 @@ int main(void)
 		cmocka_unit_test(test_extent_flags),
 		T(test_error_redirty, setup_64k),
 		T(test_error_exact_range, setup_64k),
+		T(test_persistent_inline_failure, setup_64k),
 		T(test_error_drop, setup_drop),
 		T(test_short_write, setup_64k),
 		T(test_flush_error, setup_64k),
