@@ -18,16 +18,6 @@
 
 #include "recstore.h"
 
-/* Memcheck cannot see the kernel fill memory through io_uring (every byte
- * read looks uninitialised), so under valgrind the store uses posix. */
-#if defined(__has_include)
-#if __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#endif
-#endif
-#ifndef RUNNING_ON_VALGRIND
-#define RUNNING_ON_VALGRIND 0
-#endif
 
 /* The usual device and file system block: the unit a checkpoint writes. */
 #define BLOCK_SIZE 4096u
@@ -130,7 +120,6 @@ int recstore_open(struct recstore **out, const char *path, size_t record_size,
 	 * seccomp, or short of locked memory: every such failure is about
 	 * the environment, and the posix engine serves the same requests. */
 	if (!r && opts && opts->engine == RECSTORE_ENGINE_URING &&
-	    !RUNNING_ON_VALGRIND &&
 	    folio_engine_uring(&e, fd, URING_DEPTH, 0) == 0)
 		kind = RECSTORE_ENGINE_URING;
 	if (!r && !e)

@@ -375,16 +375,10 @@ static void test_checkpoint_fault_then_retry(void **state)
 
 /*
  * Every write fails until the faults are cleared: each checkpoint fails
- * (a new error each time), none loses anything.
- *
- * KNOWN LIBRARY BUG: with a synchronous engine that keeps failing, a sync
- * never returns when one folio holds dirty runs that go out in two or more
- * requests (two runs with a clean gap, or a run longer than a request):
- * writeback_folio() submits the folio's first request while it still
- * takes the folio's runs, the failure puts those runs back at once, and
- * the loop takes them again, forever. So the default run uses one-block
- * folios, where that cannot happen; set RECSTORE_TEST_KNOWN_BUGS=1 to run
- * it with the default 64 KiB folios too (bounded by an alarm).
+ * (a new error each time), none loses anything. With large folios one
+ * folio's dirty runs go out in several requests, each failing inline
+ * (this once made the library take the put-back runs again forever; the
+ * alarm turns a regression into a failure instead of a hang).
  */
 static void permanent_failure(size_t folio_size)
 {
@@ -423,15 +417,7 @@ static void test_permanent_failure(void **state)
 static void test_permanent_failure_large_folios(void **state)
 {
 	(void)state;
-	const char *v = getenv("RECSTORE_TEST_KNOWN_BUGS");
-	/* Not skip(): cmocka 1.1.5 reports a skip as "not ok", which TAP
-	 * consumers count as a failure. */
-	if (!v || strcmp(v, "1")) {
-		print_message("# not run: known library livelock, see "
-			      "permanent_failure()\n");
-		return;
-	}
-	alarm(20); /* a hang is the bug: fail instead of waiting forever */
+	alarm(60);
 	permanent_failure(0);
 	alarm(0);
 }
@@ -442,8 +428,7 @@ static void test_close_keeps_unsaved_store(void **state)
 	struct recstore *rs;
 	struct folio_engine *e;
 	struct model md;
-	/* One-block folios: see permanent_failure(). */
-	struct recstore_opts o = {.folio_size = 4096};
+	struct recstore_opts o = {0};
 	rng_state = 11;
 	model_init(&md, 300, 100);
 	mem_store(&rs, &e, 300, 100, &o);
