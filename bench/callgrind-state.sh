@@ -13,6 +13,8 @@
 #             (default: build-folio, relative to the source root)
 #   OPS       ops per case (default 20000); the warm-up batch comes on top
 #             and is counted on both sides of the division
+# Use a gcc build: valgrind 3.19 cannot read the DWARF 5 that clang 14
+# emits by default (or build with -gdwarf-4).
 set -eu
 
 root=$(cd "$(dirname "$0")/.." && pwd)
