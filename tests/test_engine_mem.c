@@ -1,9 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Tests of the mem engine through the public API. Requests are built by a
- * small helper that embeds the library's request wrapper (struct fs_io),
- * so nothing here needs the mapping layer; the engine's callbacks are
- * reached through the ops table it was created with.
+ * Tests of the mem engine through the public API, with the request helpers
+ * of engine_test_util.h (no mapping layer needed).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,136 +16,31 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "engine_test_util.h"
 #include "test_util.h"
 
-/* ---- request helper ------------------------------------------------- */
-
-#define TIO_MAX_IOV 8
-
-struct tio {
-	struct fs_io rq;
-	struct iovec iov[TIO_MAX_IOV];
-	atomic_int ncomplete;
-	atomic_long result;
-	atomic_uint order;          /* global completion rank */
-	void (*hook)(struct tio *t); /* runs inside the completion */
-	void *arg;
-};
-
-static atomic_uint completion_rank;
-
-static void tio_end(struct fs_io *rq, ssize_t result)
-{
-	struct tio *t = container_of(rq, struct tio, rq);
-	atomic_store(&t->result, (long)result);
-	atomic_store(&t->order, atomic_fetch_add(&completion_rank, 1));
-	if (t->hook)
-		t->hook(t);
-	atomic_fetch_add_explicit(&t->ncomplete, 1, memory_order_release);
-}
-
-/* A request over buf split into nseg segments of about equal size. */
-static void tio_prep(struct tio *t, enum folio_io_op op, uint64_t pos,
-		     uint64_t dev_pos, void *buf, size_t len, int nseg)
-{
-	memset(t, 0, sizeof(*t));
-	t->rq.end_io = tio_end;
-	t->rq.io.op = op;
-	t->rq.io.pos = pos;
-	t->rq.io.dev_pos = dev_pos;
-	t->rq.io.len = len;
-	t->rq.io.iov = t->iov;
-	if (!len)
-		nseg = 0;
-	size_t at = 0;
-	for (int i = 0; i < nseg; i++) {
-		size_t l = i == nseg - 1 ? len - at : len / (size_t)nseg;
-		t->iov[i].iov_base = (char *)buf + at;
-		t->iov[i].iov_len = l;
-		at += l;
-	}
-	t->rq.io.iovcnt = nseg;
-	atomic_init(&t->ncomplete, 0);
-	atomic_init(&t->result, 0);
-}
-
-static int done(struct tio *t)
-{
-	return atomic_load_explicit(&t->ncomplete, memory_order_acquire);
-}
-
-static int eng_submit(struct folio_engine *e, struct tio *t)
-{
-	return e->ops.submit(folio_engine_ctx(e), &t->rq.io);
-}
-
-static int eng_wait(struct folio_engine *e)
-{
-	return e->ops.wait(folio_engine_ctx(e));
-}
-
-static int eng_flush(struct folio_engine *e)
-{
-	return e->ops.flush(folio_engine_ctx(e));
-}
-
-static int eng_truncate(struct folio_engine *e, uint64_t size)
-{
-	return e->ops.truncate(folio_engine_ctx(e), size);
-}
-
-/* Submit, wait for the completion and return its result. */
-static long do_io(struct folio_engine *e, enum folio_io_op op, uint64_t pos,
+/* A request whose device place differs from its file position, as a map
+ * gives; its result. */
+static long io_at(struct folio_engine *e, enum folio_io_op op, uint64_t pos,
 		  uint64_t dev_pos, void *buf, size_t len, int nseg)
 {
 	struct tio t;
-	tio_prep(&t, op, pos, dev_pos, buf, len, nseg);
-	int ret = eng_submit(e, &t);
-	if (ret)
-		return ret;
-	while (!done(&t))
-		assert_int_equal(eng_wait(e), 0);
-	assert_int_equal(done(&t), 1);
-	return atomic_load(&t.result);
+	tio_prep(&t, op, pos, buf, len, nseg, 0);
+	t.rq.io.dev_pos = dev_pos;
+	long ret = tio_run(e, &t);
+	tio_free(&t);
+	return ret;
 }
 
 static long wr(struct folio_engine *e, uint64_t pos, const void *buf,
 	       size_t len)
 {
-	return do_io(e, FOLIO_IO_WRITE, pos, pos, (void *)buf, len, 3);
+	return do_io(e, FOLIO_IO_WRITE, pos, (void *)buf, len, 3, 0);
 }
 
 static long rd(struct folio_engine *e, uint64_t pos, void *buf, size_t len)
 {
-	return do_io(e, FOLIO_IO_READ, pos, pos, buf, len, 3);
-}
-
-/* malloc that never returns NULL (abort() is known not to return, which
- * keeps the compiler from warning about NULL paths). */
-static void *xmalloc(size_t n)
-{
-	void *p = malloc(n);
-	if (!p)
-		abort();
-	return p;
-}
-
-static void fill(void *buf, size_t len, uint64_t seed)
-{
-	unsigned char *p = buf;
-	uint64_t s = seed | 1;
-	for (size_t i = 0; i < len; i++)
-		p[i] = (unsigned char)(test_rand(&s) >> 56);
-}
-
-static bool all_bytes(const void *buf, size_t len, unsigned char v)
-{
-	const unsigned char *p = buf;
-	for (size_t i = 0; i < len; i++)
-		if (p[i] != v)
-			return false;
-	return true;
+	return do_io(e, FOLIO_IO_READ, pos, buf, len, 3, 0);
 }
 
 static struct folio_mem_stats stats(struct folio_engine *e)
@@ -195,8 +88,8 @@ static void test_round_trip(void **state)
 static void test_zero_length(void **state)
 {
 	struct folio_engine *e = mem_new(4096);
-	assert_int_equal(do_io(e, FOLIO_IO_WRITE, 100, 100, NULL, 0, 0), 0);
-	assert_int_equal(do_io(e, FOLIO_IO_READ, 100, 100, NULL, 0, 0), 0);
+	assert_int_equal(io_at(e, FOLIO_IO_WRITE, 100, 100, NULL, 0, 0), 0);
+	assert_int_equal(io_at(e, FOLIO_IO_READ, 100, 100, NULL, 0, 0), 0);
 	assert_int_equal(stats(e).size, 0);
 	assert_int_equal(folio_engine_free(e), 0);
 }
@@ -430,9 +323,9 @@ static void test_fault_range(void **state)
 	assert_int_equal(rd(e, 8192, buf, 4096), -EIO);
 	assert_int_equal(rd(e, 12287, buf, 1), -EIO);
 	assert_int_equal(rd(e, 12288, buf, 4096), 4096);
-	assert_int_equal(do_io(e, FOLIO_IO_READ, 9000, 9000, NULL, 0, 0),
+	assert_int_equal(io_at(e, FOLIO_IO_READ, 9000, 9000, NULL, 0, 0),
 			 -EIO); /* zero length inside the range */
-	assert_int_equal(do_io(e, FOLIO_IO_READ, 100, 100, NULL, 0, 0), 0);
+	assert_int_equal(io_at(e, FOLIO_IO_READ, 100, 100, NULL, 0, 0), 0);
 	/* Writes in the range are untouched by a read rule. */
 	assert_int_equal(wr(e, 8192, buf, 4096), 4096);
 	assert_int_equal(stats(e).faults, 4);
@@ -552,7 +445,7 @@ static void test_map_identity(void **state)
 	struct folio_extent ext;
 	/* No map: dev_pos must equal pos. */
 	assert_int_equal(eng_map(e, 0, &ext), -EOPNOTSUPP);
-	assert_int_equal(do_io(e, FOLIO_IO_WRITE, 0, 512, buf, 512, 1), -EIO);
+	assert_int_equal(io_at(e, FOLIO_IO_WRITE, 0, 512, buf, 512, 1), -EIO);
 	assert_int_equal(stats(e).misdirected, 1);
 	assert_int_equal(stats(e).size, 0);
 
@@ -564,11 +457,11 @@ static void test_map_identity(void **state)
 	assert_int_equal(ext.flags, 0);
 	assert_int_equal(stats(e).map_calls, 1);
 	/* Identity extents are contiguous: crossing them is fine. */
-	assert_int_equal(do_io(e, FOLIO_IO_WRITE, 2048, 2048, buf, 8192, 4),
+	assert_int_equal(io_at(e, FOLIO_IO_WRITE, 2048, 2048, buf, 8192, 4),
 			 8192);
-	assert_int_equal(do_io(e, FOLIO_IO_READ, 2048, 2049, chk, 8192, 4),
+	assert_int_equal(io_at(e, FOLIO_IO_READ, 2048, 2049, chk, 8192, 4),
 			 -EIO);
-	assert_int_equal(do_io(e, FOLIO_IO_READ, 2048, 2048, chk, 8192, 4),
+	assert_int_equal(io_at(e, FOLIO_IO_READ, 2048, 2048, chk, 8192, 4),
 			 8192);
 	assert_memory_equal(chk, buf, 8192);
 	assert_int_equal(stats(e).misdirected, 2);
@@ -602,15 +495,15 @@ static void test_map_scatter(void **state)
 	fill(b, sizeof(b), 17);
 	fill(c, sizeof(c), 18);
 	/* Wrong places fail... */
-	assert_int_equal(do_io(e, FOLIO_IO_WRITE, 0, 0, a, E, 2), -EIO);
+	assert_int_equal(io_at(e, FOLIO_IO_WRITE, 0, 0, a, E, 2), -EIO);
 	/* ...and so does running from one extent into the next, even when
 	 * it starts at the right place. */
-	assert_int_equal(do_io(e, FOLIO_IO_WRITE, E - 512, 2 * E - 512, a,
+	assert_int_equal(io_at(e, FOLIO_IO_WRITE, E - 512, 2 * E - 512, a,
 			       1024, 2), -EIO);
 	assert_int_equal(stats(e).misdirected, 2);
-	assert_int_equal(do_io(e, FOLIO_IO_WRITE, 0, E, a, E, 2), (long)E);
-	assert_int_equal(do_io(e, FOLIO_IO_WRITE, E, 0, b, E, 2), (long)E);
-	assert_int_equal(do_io(e, FOLIO_IO_WRITE, 2 * E, 3 * E, c, 100, 1),
+	assert_int_equal(io_at(e, FOLIO_IO_WRITE, 0, E, a, E, 2), (long)E);
+	assert_int_equal(io_at(e, FOLIO_IO_WRITE, E, 0, b, E, 2), (long)E);
+	assert_int_equal(io_at(e, FOLIO_IO_WRITE, 2 * E, 3 * E, c, 100, 1),
 			 100);
 	assert_int_equal(stats(e).size, cap);
 
@@ -621,7 +514,7 @@ static void test_map_scatter(void **state)
 	assert_memory_equal(buf + 2 * E, c, 100);
 	/* A read at its device place gets the data. */
 	char chk[4096];
-	assert_int_equal(do_io(e, FOLIO_IO_READ, E, 0, chk, E, 3), (long)E);
+	assert_int_equal(io_at(e, FOLIO_IO_READ, E, 0, chk, E, 3), (long)E);
 	assert_memory_equal(chk, b, E);
 
 	/* Truncate zeroes by file position. */
@@ -656,14 +549,14 @@ static void test_map_scatter_random(void **state)
 		if (test_rand(&seed) & 1) {
 			unsigned char tmp[512];
 			fill(tmp, len, test_rand(&seed));
-			assert_int_equal(do_io(e, FOLIO_IO_WRITE, pos, dev, tmp,
+			assert_int_equal(io_at(e, FOLIO_IO_WRITE, pos, dev, tmp,
 					       len, 1),
 					 (long)len);
 			memcpy(model + pos, tmp, len);
 			size = MAX(size, pos + len);
 		} else {
 			unsigned char tmp[512];
-			assert_int_equal(do_io(e, FOLIO_IO_READ, pos, dev, tmp,
+			assert_int_equal(io_at(e, FOLIO_IO_READ, pos, dev, tmp,
 					       len, 2),
 					 (long)len);
 			assert_memory_equal(tmp, model + pos, len);
@@ -700,13 +593,13 @@ static void poll_run(uint64_t seed, unsigned *order)
 	for (int i = 0; i < POLL_N; i++) {
 		fill(bufs[i], 512, (uint64_t)i + 100);
 		tio_prep(&t[i], FOLIO_IO_WRITE, (uint64_t)i * 512,
-			 (uint64_t)i * 512, bufs[i], 512, 2);
+			 bufs[i], 512, 2, 0);
 		assert_int_equal(eng_submit(e, &t[i]), 0);
 	}
-	unsigned base = atomic_load(&completion_rank);
+	unsigned base = tio_completion_rank();
 	/* Held: nothing completed, nothing stored yet. */
 	for (int i = 0; i < POLL_N; i++)
-		assert_int_equal(done(&t[i]), 0);
+		assert_int_equal(tio_done(&t[i]), 0);
 	assert_int_equal(stats(e).inflight, POLL_N);
 	assert_int_equal(stats(e).size, 0);
 	int ndone = 0;
@@ -714,13 +607,13 @@ static void poll_run(uint64_t seed, unsigned *order)
 		assert_int_equal(eng_wait(e), 0);
 		int now = 0;
 		for (int i = 0; i < POLL_N; i++)
-			now += done(&t[i]);
+			now += tio_done(&t[i]);
 		assert_true(now > ndone); /* at least one per call */
 		ndone = now;
 	}
 	assert_int_equal(eng_wait(e), 0); /* nothing in flight: at once */
 	for (int i = 0; i < POLL_N; i++) {
-		assert_int_equal(done(&t[i]), 1);
+		assert_int_equal(tio_done(&t[i]), 1);
 		assert_int_equal(atomic_load(&t[i].result), 512);
 		order[i] = atomic_load(&t[i].order) - base;
 	}
@@ -756,10 +649,10 @@ static void test_poll_data_at_completion(void **state)
 	char buf[512];
 	fill(buf, sizeof(buf), 20);
 	struct tio t;
-	tio_prep(&t, FOLIO_IO_WRITE, 0, 0, buf, 512, 1);
+	tio_prep(&t, FOLIO_IO_WRITE, 0, buf, 512, 1, 0);
 	assert_int_equal(eng_submit(e, &t), 0);
 	memset(buf, 0x77, sizeof(buf)); /* changed while in flight */
-	while (!done(&t))
+	while (!tio_done(&t))
 		assert_int_equal(eng_wait(e), 0);
 	char chk[512];
 	assert_int_equal(folio_engine_mem_peek(e, chk, 512, 0), 0);
@@ -777,7 +670,7 @@ static void test_poll_faults_decided_at_submit(void **state)
 	char buf[512] = {0};
 	for (int i = 0; i < 8; i++) {
 		tio_prep(&t[i], FOLIO_IO_WRITE, (uint64_t)i * 512,
-			 (uint64_t)i * 512, buf, 512, 1);
+			 buf, 512, 1, 0);
 		assert_int_equal(eng_submit(e, &t[i]), 0);
 	}
 	/* Clearing the rules now changes nothing for what is held. */
@@ -785,7 +678,7 @@ static void test_poll_faults_decided_at_submit(void **state)
 	for (;;) {
 		int n = 0;
 		for (int i = 0; i < 8; i++)
-			n += done(&t[i]);
+			n += tio_done(&t[i]);
 		if (n == 8)
 			break;
 		assert_int_equal(eng_wait(e), 0);
@@ -805,12 +698,12 @@ static void test_mode_switch_drains(void **state)
 	for (int i = 0; i < 10; i++) {
 		fill(buf[i], 512, (uint64_t)i);
 		tio_prep(&t[i], FOLIO_IO_WRITE, (uint64_t)i * 512,
-			 (uint64_t)i * 512, buf[i], 512, 1);
+			 buf[i], 512, 1, 0);
 		assert_int_equal(eng_submit(e, &t[i]), 0);
 	}
 	assert_int_equal(folio_engine_mem_set_mode(e, FOLIO_MEM_SYNC, 0), 0);
 	for (int i = 0; i < 10; i++) {
-		assert_int_equal(done(&t[i]), 1);
+		assert_int_equal(tio_done(&t[i]), 1);
 		assert_int_equal(atomic_load(&t[i].result), 512);
 	}
 	assert_int_equal(stats(e).size, 10 * 512);
@@ -823,12 +716,12 @@ static void test_mode_switch_drains(void **state)
 	for (size_t m = 0; m < sizeof(seq) / sizeof(seq[0]); m++) {
 		for (int i = 0; i < 10; i++) {
 			tio_prep(&t[i], FOLIO_IO_READ, (uint64_t)i * 512,
-				 (uint64_t)i * 512, buf[i], 512, 1);
+				 buf[i], 512, 1, 0);
 			assert_int_equal(eng_submit(e, &t[i]), 0);
 		}
 		assert_int_equal(folio_engine_mem_set_mode(e, seq[m], m), 0);
 		for (int i = 0; i < 10; i++) {
-			while (!done(&t[i]))
+			while (!tio_done(&t[i]))
 				assert_int_equal(eng_wait(e), 0);
 			assert_int_equal(atomic_load(&t[i].result), 512);
 		}
@@ -848,13 +741,13 @@ static void test_destroy_held(void **state)
 		static char buf[512];
 		for (int i = 0; i < N; i++) {
 			tio_prep(&t[i], FOLIO_IO_WRITE, (uint64_t)i * 512,
-				 (uint64_t)i * 512, buf, 512, 1);
+				 buf, 512, 1, 0);
 			assert_int_equal(eng_submit(e, &t[i]), 0);
 		}
 		assert_int_equal(folio_engine_free(e), 0);
 		int canceled = 0;
 		for (int i = 0; i < N; i++) {
-			assert_int_equal(done(&t[i]), 1);
+			assert_int_equal(tio_done(&t[i]), 1);
 			long r = atomic_load(&t[i].result);
 			assert_true(r == 512 || r == -ECANCELED);
 			canceled += r == -ECANCELED;
@@ -864,71 +757,23 @@ static void test_destroy_held(void **state)
 	}
 }
 
-/* A completion that submits the next request: the engine must not hold
- * its lock while completing. */
-struct chain {
-	struct folio_engine *e;
-	struct tio t[64];
-	char buf[64][512];
-	int n;
-	atomic_int submitted;
-	atomic_int hooked; /* completions whose hook has run */
-	atomic_int failed;
-};
-
-static void chain_hook(struct tio *t)
-{
-	struct chain *ch = t->arg;
-	int next = atomic_fetch_add(&ch->submitted, 1);
-	if (next < ch->n) {
-		struct tio *nt = &ch->t[next];
-		tio_prep(nt, FOLIO_IO_WRITE, (uint64_t)next * 512,
-			 (uint64_t)next * 512, ch->buf[next], 512, 1);
-		nt->hook = chain_hook;
-		nt->arg = ch;
-		if (eng_submit(ch->e, nt))
-			atomic_fetch_add(&ch->failed, 1);
-	}
-	atomic_fetch_add(&ch->hooked, 1);
-}
-
 static void test_reentrant_submit(void **state)
 {
 	enum folio_mem_mode modes[] = {FOLIO_MEM_SYNC, FOLIO_MEM_POLL,
 				       FOLIO_MEM_THREAD};
 	for (int m = 0; m < 3; m++) {
-		struct chain *ch = calloc(1, sizeof(*ch));
-		assert_non_null(ch);
-		ch->e = mem_new(1 << 20);
-		ch->n = 64;
-		assert_int_equal(folio_engine_mem_set_mode(ch->e, modes[m], 3),
-				 0);
-		for (int i = 0; i < ch->n; i++)
-			fill(ch->buf[i], 512, (uint64_t)i + 1000);
-		atomic_store(&ch->submitted, 1);
-		tio_prep(&ch->t[0], FOLIO_IO_WRITE, 0, 0, ch->buf[0], 512, 1);
-		ch->t[0].hook = chain_hook;
-		ch->t[0].arg = ch;
-		assert_int_equal(eng_submit(ch->e, &ch->t[0]), 0);
-		/* The tio slots are rewritten by hooks on the completion
-		 * thread, so only the chain's own counter is watched. */
-		while (atomic_load(&ch->hooked) < ch->n)
-			assert_int_equal(eng_wait(ch->e), 0);
-		assert_int_equal(atomic_load(&ch->failed), 0);
+		struct folio_engine *e = mem_new(1 << 20);
+		assert_int_equal(folio_engine_mem_set_mode(e, modes[m], 3), 0);
+		struct chain *ch = chain_run(e, 64, 1000);
 		for (int i = 0; i < ch->n; i++) {
 			char chk[512];
 			assert_int_equal(folio_engine_mem_peek(
-						 ch->e, chk, 512,
-						 (uint64_t)i * 512), 0);
+						 e, chk, 512, (uint64_t)i * 512),
+					 0);
 			assert_memory_equal(chk, ch->buf[i], 512);
 		}
-		/* Freeing waits for the last completion to return. */
-		assert_int_equal(folio_engine_free(ch->e), 0);
-		for (int i = 0; i < ch->n; i++) {
-			assert_int_equal(done(&ch->t[i]), 1);
-			assert_int_equal(atomic_load(&ch->t[i].result), 512);
-		}
-		free(ch);
+		assert_int_equal(folio_engine_free(e), 0);
+		chain_finish(ch);
 	}
 }
 
@@ -944,24 +789,10 @@ static void test_set_mode_from_thread(void **state)
 {
 	struct folio_engine *e = mem_new(1 << 20);
 	assert_int_equal(folio_engine_mem_set_mode(e, FOLIO_MEM_THREAD, 1), 0);
-	char buf[512] = {0};
-	struct tio t;
-	tio_prep(&t, FOLIO_IO_WRITE, 0, 0, buf, 512, 1);
-	t.hook = set_mode_hook;
-	t.arg = e;
 	atomic_store(&hook_ret, 1);
-	assert_int_equal(eng_submit(e, &t), 0);
-	while (!done(&t))
-		assert_int_equal(eng_wait(e), 0);
+	assert_int_equal(run_hooked(e, set_mode_hook), 512);
 	assert_int_equal(atomic_load(&hook_ret), -EDEADLK);
 	assert_int_equal(folio_engine_free(e), 0);
-}
-
-/* wait() inside a completion must not wait for that very request. */
-static void wait_hook(struct tio *t)
-{
-	struct folio_engine *e = t->arg;
-	atomic_store(&hook_ret, eng_wait(e));
 }
 
 static void test_wait_in_completion(void **state)
@@ -971,16 +802,7 @@ static void test_wait_in_completion(void **state)
 	for (int m = 0; m < 3; m++) {
 		struct folio_engine *e = mem_new(1 << 20);
 		assert_int_equal(folio_engine_mem_set_mode(e, modes[m], 11), 0);
-		char buf[512] = {0};
-		struct tio t;
-		tio_prep(&t, FOLIO_IO_WRITE, 0, 0, buf, 512, 1);
-		t.hook = wait_hook;
-		t.arg = e;
-		atomic_store(&hook_ret, 1);
-		assert_int_equal(eng_submit(e, &t), 0);
-		while (!done(&t))
-			assert_int_equal(eng_wait(e), 0);
-		assert_int_equal(atomic_load(&hook_ret), 0);
+		check_wait_in_completion(e);
 		assert_int_equal(folio_engine_free(e), 0);
 	}
 }
@@ -1019,13 +841,13 @@ static void *th_main(void *p)
 			len[k] = 1 + test_rand_below(&seed, 4096);
 			pos[k] = base + ((i + (unsigned)k) % 256) * 4096;
 			fill(buf[k], len[k], test_rand(&seed));
-			tio_prep(&t[k], FOLIO_IO_WRITE, pos[k], pos[k],
-				 buf[k], len[k], 1 + k % 3);
+			tio_prep(&t[k], FOLIO_IO_WRITE, pos[k], buf[k], len[k],
+				 1 + k % 3, 0);
 			if (eng_submit(a->e, &t[k]))
 				a->errors++;
 		}
 		for (int k = 0; k < TH_BURST; k++)
-			while (!done(&t[k]))
+			while (!tio_done(&t[k]))
 				if (eng_wait(a->e))
 					a->errors++;
 		for (int k = 1; k < TH_BURST; k++)
@@ -1036,11 +858,10 @@ static void *th_main(void *p)
 				a->errors++;
 			/* Read it back through the engine as well. */
 			struct tio r;
-			tio_prep(&r, FOLIO_IO_READ, pos[k], pos[k], chk,
-				 len[k], 2);
+			tio_prep(&r, FOLIO_IO_READ, pos[k], chk, len[k], 2, 0);
 			if (eng_submit(a->e, &r))
 				a->errors++;
-			while (!done(&r))
+			while (!tio_done(&r))
 				eng_wait(a->e);
 			if (atomic_load(&r.result) != (long)len[k] ||
 			    memcmp(chk, buf[k], len[k]))
@@ -1270,26 +1091,27 @@ static void test_bad_input(void **state)
 	/* Malformed requests are refused and leave no trace. */
 	struct tio t;
 	assert_int_equal(e->ops.submit(folio_engine_ctx(e), NULL), -EINVAL);
-	tio_prep(&t, FOLIO_IO_WRITE, 0, 0, buf, 16, 2);
+	tio_prep(&t, FOLIO_IO_WRITE, 0, buf, 16, 2, 0);
 	t.rq.io.op = (enum folio_io_op)7;
 	assert_int_equal(eng_submit(e, &t), -EINVAL);
-	tio_prep(&t, FOLIO_IO_WRITE, 0, 0, buf, 16, 2);
+	tio_prep(&t, FOLIO_IO_WRITE, 0, buf, 16, 2, 0);
 	t.rq.io.len = 17;
 	assert_int_equal(eng_submit(e, &t), -EINVAL);
-	tio_prep(&t, FOLIO_IO_WRITE, 0, 0, buf, 16, 2);
+	tio_prep(&t, FOLIO_IO_WRITE, 0, buf, 16, 2, 0);
 	t.rq.io.iovcnt = -1;
 	assert_int_equal(eng_submit(e, &t), -EINVAL);
-	tio_prep(&t, FOLIO_IO_WRITE, 0, 0, buf, 16, 2);
+	tio_prep(&t, FOLIO_IO_WRITE, 0, buf, 16, 2, 0);
 	t.rq.io.iov = NULL;
 	assert_int_equal(eng_submit(e, &t), -EINVAL);
-	tio_prep(&t, FOLIO_IO_WRITE, 0, 0, buf, 16, 2);
+	tio_prep(&t, FOLIO_IO_WRITE, 0, buf, 16, 2, 0);
 	t.iov[1].iov_base = NULL;
 	assert_int_equal(eng_submit(e, &t), -EINVAL);
-	tio_prep(&t, FOLIO_IO_READ, UINT64_MAX - 3, UINT64_MAX - 3, buf, 16, 2);
+	tio_prep(&t, FOLIO_IO_READ, UINT64_MAX - 3, buf, 16, 2, 0);
 	assert_int_equal(eng_submit(e, &t), -EINVAL);
-	tio_prep(&t, FOLIO_IO_READ, 0, (UINT64_C(1) << 62) - 8, buf, 16, 2);
+	tio_prep(&t, FOLIO_IO_READ, 0, buf, 16, 2, 0);
+	t.rq.io.dev_pos = (UINT64_C(1) << 62) - 8;
 	assert_int_equal(eng_submit(e, &t), -EINVAL);
-	assert_int_equal(done(&t), 0);
+	assert_int_equal(tio_done(&t), 0);
 	struct folio_mem_stats st = stats(e);
 	assert_int_equal(st.read_requests + st.write_requests, 0);
 	assert_int_equal(st.inflight, 0);

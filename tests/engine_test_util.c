@@ -1,0 +1,734 @@
+/* SPDX-License-Identifier: MIT */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include "engine_test_util.h"
+#include "test_util.h"
+
+/* ---- requests ------------------------------------------------------- */
+
+static atomic_uint completion_rank;
+
+static void tio_end(struct fs_io *rq, ssize_t result)
+{
+	struct tio *t = container_of(rq, struct tio, rq);
+	atomic_store(&t->result, (long)result);
+	atomic_store(&t->order, atomic_fetch_add(&completion_rank, 1));
+	if (t->hook)
+		t->hook(t);
+	atomic_fetch_add_explicit(&t->ncomplete, 1, memory_order_release);
+}
+
+void tio_prep(struct tio *t, enum folio_io_op op, uint64_t pos, void *buf,
+	      size_t len, int nseg, uint64_t seed)
+{
+	memset(t, 0, sizeof(*t));
+	t->rq.end_io = tio_end;
+	t->rq.io.op = op;
+	t->rq.io.pos = pos;
+	t->rq.io.dev_pos = pos;
+	t->rq.io.len = len;
+	t->iov = t->iov_inline;
+	if (nseg > TIO_INLINE_IOV) {
+		t->iov = calloc((size_t)nseg, sizeof(*t->iov));
+		assert_non_null(t->iov);
+	}
+	size_t at = 0;
+	for (int i = 0; i < nseg; i++) {
+		size_t left = len - at, l;
+		if (i == nseg - 1)
+			l = left;
+		else if (seed)
+			l = (size_t)test_rand_below(&seed,
+						    2 * left / (size_t)(nseg - i) + 1);
+		else
+			l = len / (size_t)nseg;
+		l = MIN(l, left);
+		t->iov[i].iov_base = (char *)buf + at;
+		t->iov[i].iov_len = l;
+		at += l;
+	}
+	t->rq.io.iov = t->iov;
+	t->rq.io.iovcnt = nseg;
+	atomic_init(&t->ncomplete, 0);
+	atomic_init(&t->result, 0);
+	atomic_init(&t->order, 0);
+}
+
+void tio_free(struct tio *t)
+{
+	if (t->iov != t->iov_inline)
+		free(t->iov);
+	t->iov = t->iov_inline;
+}
+
+int tio_done(struct tio *t)
+{
+	return atomic_load_explicit(&t->ncomplete, memory_order_acquire);
+}
+
+unsigned tio_completion_rank(void)
+{
+	return atomic_load(&completion_rank);
+}
+
+int eng_submit(struct folio_engine *e, struct tio *t)
+{
+	return e->ops.submit(folio_engine_ctx(e), &t->rq.io);
+}
+
+int eng_wait(struct folio_engine *e)
+{
+	assert_non_null(e->ops.wait);
+	return e->ops.wait(folio_engine_ctx(e));
+}
+
+int eng_unplug(struct folio_engine *e)
+{
+	return e->ops.unplug ? e->ops.unplug(folio_engine_ctx(e)) : 0;
+}
+
+int eng_flush(struct folio_engine *e)
+{
+	return e->ops.flush(folio_engine_ctx(e));
+}
+
+int eng_truncate(struct folio_engine *e, uint64_t size)
+{
+	return e->ops.truncate(folio_engine_ctx(e), size);
+}
+
+void wait_all(struct folio_engine *e, struct tio *t, int n)
+{
+	for (int i = 0; i < n; i++)
+		while (!tio_done(&t[i]))
+			assert_int_equal(eng_wait(e), 0);
+}
+
+long tio_run(struct folio_engine *e, struct tio *t)
+{
+	int ret = eng_submit(e, t);
+	if (ret)
+		return ret;
+	assert_int_equal(eng_unplug(e), 0);
+	wait_all(e, t, 1);
+	assert_int_equal(tio_done(t), 1);
+	return atomic_load(&t->result);
+}
+
+long do_io(struct folio_engine *e, enum folio_io_op op, uint64_t pos,
+	   void *buf, size_t len, int nseg, uint64_t seed)
+{
+	struct tio t;
+	tio_prep(&t, op, pos, buf, len, nseg, seed);
+	long ret = tio_run(e, &t);
+	tio_free(&t);
+	return ret;
+}
+
+/* ---- completions that call back into the engine --------------------- */
+
+static void chain_hook(struct tio *t)
+{
+	struct chain *ch = t->arg;
+	int next = atomic_fetch_add(&ch->submitted, 1);
+	if (next < ch->n) {
+		struct tio *nt = &ch->t[next];
+		tio_prep(nt, FOLIO_IO_WRITE, (uint64_t)next * 512,
+			 ch->buf[next], 512, 1, 0);
+		nt->hook = chain_hook;
+		nt->arg = ch;
+		if (eng_submit(ch->e, nt) || eng_unplug(ch->e))
+			atomic_fetch_add(&ch->failed, 1);
+	}
+	atomic_fetch_add(&ch->hooked, 1);
+}
+
+struct chain *chain_run(struct folio_engine *e, int n, uint64_t seed)
+{
+	assert_true(n >= 1 && n <= CHAIN_MAX);
+	struct chain *ch = calloc(1, sizeof(*ch));
+	assert_non_null(ch);
+	ch->e = e;
+	ch->n = n;
+	for (int i = 0; i < n; i++)
+		fill(ch->buf[i], 512, seed + (uint64_t)i);
+	atomic_store(&ch->submitted, 1);
+	tio_prep(&ch->t[0], FOLIO_IO_WRITE, 0, ch->buf[0], 512, 1, 0);
+	ch->t[0].hook = chain_hook;
+	ch->t[0].arg = ch;
+	assert_int_equal(eng_submit(e, &ch->t[0]), 0);
+	assert_int_equal(eng_unplug(e), 0);
+	/* The tio slots are rewritten by hooks on a completion thread, so
+	 * only the chain's own counter is watched. */
+	while (atomic_load(&ch->hooked) < ch->n)
+		assert_int_equal(eng_wait(e), 0);
+	assert_int_equal(atomic_load(&ch->failed), 0);
+	return ch;
+}
+
+void chain_finish(struct chain *ch)
+{
+	for (int i = 0; i < ch->n; i++) {
+		assert_int_equal(tio_done(&ch->t[i]), 1);
+		assert_int_equal(atomic_load(&ch->t[i].result), 512);
+	}
+	free(ch);
+}
+
+static atomic_int wait_hook_ret;
+
+static void wait_hook(struct tio *t)
+{
+	atomic_store(&wait_hook_ret, eng_wait(t->arg));
+}
+
+long run_hooked(struct folio_engine *e, void (*hook)(struct tio *t))
+{
+	char buf[512] = {0};
+	struct tio t;
+	tio_prep(&t, FOLIO_IO_WRITE, 0, buf, 512, 1, 0);
+	t.hook = hook;
+	t.arg = e;
+	return tio_run(e, &t);
+}
+
+void check_wait_in_completion(struct folio_engine *e)
+{
+	atomic_store(&wait_hook_ret, 1);
+	assert_int_equal(run_hooked(e, wait_hook), 512);
+	assert_int_equal(atomic_load(&wait_hook_ret), 0);
+}
+
+/* ---- memory --------------------------------------------------------- */
+
+void *xmalloc(size_t n)
+{
+	void *p = malloc(n);
+	if (!p)
+		abort();
+	return p;
+}
+
+void *xaligned(size_t n)
+{
+	void *p = aligned_alloc(4096, n);
+	assert_non_null(p);
+	return p;
+}
+
+void fill(void *buf, size_t len, uint64_t seed)
+{
+	unsigned char *p = buf;
+	uint64_t s = seed | 1;
+	for (size_t i = 0; i < len; i++)
+		p[i] = (unsigned char)(test_rand(&s) >> 56);
+}
+
+bool all_bytes(const void *buf, size_t len, unsigned char v)
+{
+	const unsigned char *p = buf;
+	for (size_t i = 0; i < len; i++)
+		if (p[i] != v)
+			return false;
+	return true;
+}
+
+/* ---- the file engine under test ------------------------------------- */
+
+const struct file_engine *fe_engine;
+
+struct folio_engine *fe_new(int fd, unsigned flags)
+{
+	struct folio_engine *e = fe_engine->create(fd, flags);
+	assert_non_null(e);
+	return e;
+}
+
+/* The engine thread variants a test runs: 0, then the engine's
+ * completion thread flag when it has one. */
+static int fe_variants(void)
+{
+	return fe_engine->completion_thread_flag ? 2 : 1;
+}
+
+static unsigned fe_variant_flags(int v)
+{
+	return v ? fe_engine->completion_thread_flag : 0;
+}
+
+/* ---- temporary files ------------------------------------------------ */
+
+static const char *const disk_dirs[] = {"/var/tmp", "/tmp", NULL};
+static const char *const shm_dirs[] = {"/dev/shm", NULL};
+struct where fe_disk = {.candidates = disk_dirs};
+struct where fe_shm = {.candidates = shm_dirs};
+
+static void where_setup(struct where *w)
+{
+	for (const char *const *c = w->candidates; *c; c++) {
+		snprintf(w->dir, sizeof(w->dir), "%s/folio-%s-XXXXXX", *c,
+			 fe_engine->name);
+		if (mkdtemp(w->dir)) {
+			struct statfs sf;
+			if (!statfs(w->dir, &sf))
+				printf("# %s: f_type 0x%lx\n", w->dir,
+				       (unsigned long)sf.f_type);
+			w->ok = true;
+			return;
+		}
+	}
+}
+
+int fe_group_setup(void **state)
+{
+	where_setup(&fe_disk);
+	where_setup(&fe_shm);
+	return 0;
+}
+
+static void where_remove(struct where *w)
+{
+	if (!w->ok)
+		return;
+	DIR *d = opendir(w->dir);
+	if (d) {
+		struct dirent *de;
+		while ((de = readdir(d)))
+			if (de->d_name[0] != '.')
+				unlinkat(dirfd(d), de->d_name, 0);
+		closedir(d);
+	}
+	rmdir(w->dir);
+}
+
+int fe_group_teardown(void **state)
+{
+	where_remove(&fe_disk);
+	where_remove(&fe_shm);
+	return 0;
+}
+
+bool tfile_open(struct tfile *f, void **state)
+{
+	struct where *w = state ? *state : NULL;
+	if (w && !w->ok) {
+		printf("# skipping: no directory in %s\n", w->candidates[0]);
+		return false;
+	}
+	if (!w)
+		w = fe_disk.ok ? &fe_disk : fe_shm.ok ? &fe_shm : NULL;
+	if (!w) {
+		printf("# skipping: no temporary directory\n");
+		return false;
+	}
+	f->w = w;
+	snprintf(f->path, sizeof(f->path), "%s/f-XXXXXX", w->dir);
+	f->fd = mkstemp(f->path);
+	assert_true(f->fd >= 0);
+	return true;
+}
+
+void tfile_close(struct tfile *f)
+{
+	close(f->fd);
+	unlink(f->path);
+}
+
+/* ---- tests shared by the file engines ------------------------------- */
+
+void fe_test_round_trip(void **state)
+{
+	struct tfile f;
+	if (!tfile_open(&f, state))
+		return;
+	struct folio_engine *e = fe_new(f.fd, 0);
+	enum { LEN = 300000 };
+	char *in = xmalloc(LEN), *out = xmalloc(LEN);
+	fill(in, LEN, 1);
+
+	struct tio t;
+	tio_prep(&t, FOLIO_IO_WRITE, 12345, in, LEN, 5, 0);
+	assert_int_equal(eng_submit(e, &t), 0);
+	if (fe_engine->completes_in_submit) {
+		assert_int_equal(tio_done(&t), 1);
+	} else {
+		/* Batched: nothing happens until unplug, and completions
+		 * are only delivered by a reaper. */
+		assert_int_equal(tio_done(&t), 0);
+		assert_int_equal(eng_unplug(e), 0);
+		assert_int_equal(tio_done(&t), 0);
+	}
+	wait_all(e, &t, 1);
+	assert_int_equal(atomic_load(&t.result), LEN);
+	tio_free(&t);
+	if (e->ops.wait)
+		assert_int_equal(eng_wait(e), 0); /* nothing in flight */
+	struct stat st;
+	assert_int_equal(fstat(f.fd, &st), 0);
+	assert_int_equal(st.st_size, 12345 + LEN);
+
+	/* Independent check with pread, then through the engine. */
+	memset(out, 0, LEN);
+	assert_int_equal(pread(f.fd, out, LEN, 12345), LEN);
+	assert_memory_equal(in, out, LEN);
+	memset(out, 0xee, LEN);
+	assert_int_equal(do_io(e, FOLIO_IO_READ, 12345, out, LEN, 7, 0), LEN);
+	assert_memory_equal(in, out, LEN);
+	/* The hole before the data reads as zeros. */
+	assert_int_equal(do_io(e, FOLIO_IO_READ, 0, out, 12345, 1, 0), 12345);
+	assert_true(all_bytes(out, 12345, 0));
+	/* Zero-length requests complete at once, with 0. */
+	tio_prep(&t, FOLIO_IO_WRITE, 0, out, 0, 0, 0);
+	assert_int_equal(eng_submit(e, &t), 0);
+	assert_int_equal(tio_done(&t), 1);
+	assert_int_equal(atomic_load(&t.result), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	free(in);
+	free(out);
+	tfile_close(&f);
+}
+
+void fe_test_dev_pos(void **state)
+{
+	struct tfile f;
+	if (!tfile_open(&f, state))
+		return;
+	struct folio_engine *e = fe_new(f.fd, 0);
+	char buf[1000], chk[1000];
+	fill(buf, sizeof(buf), 2);
+	/* The engine writes at dev_pos, not pos. */
+	struct tio t;
+	tio_prep(&t, FOLIO_IO_WRITE, 0, buf, sizeof(buf), 2, 0);
+	t.rq.io.dev_pos = 50000;
+	assert_int_equal(tio_run(e, &t), (long)sizeof(buf));
+	assert_int_equal(pread(f.fd, chk, sizeof(chk), 50000),
+			 (long)sizeof(chk));
+	assert_memory_equal(buf, chk, sizeof(buf));
+	assert_int_equal(folio_engine_free(e), 0);
+	tfile_close(&f);
+}
+
+void fe_test_read_past_eof(void **state)
+{
+	struct tfile f;
+	if (!tfile_open(&f, state))
+		return;
+	struct folio_engine *e = fe_new(f.fd, 0);
+	char data[1000], buf[8192];
+	fill(data, sizeof(data), 3);
+	assert_int_equal(pwrite(f.fd, data, sizeof(data), 0),
+			 (long)sizeof(data));
+	/* Spanning EOF, split so that the EOF falls inside a segment. */
+	memset(buf, 0xaa, sizeof(buf));
+	assert_int_equal(do_io(e, FOLIO_IO_READ, 0, buf, sizeof(buf), 3, 0),
+			 (long)sizeof(buf));
+	assert_memory_equal(buf, data, sizeof(data));
+	assert_true(all_bytes(buf + 1000, sizeof(buf) - 1000, 0));
+	/* Wholly past EOF. */
+	memset(buf, 0xaa, sizeof(buf));
+	assert_int_equal(do_io(e, FOLIO_IO_READ, 1 << 20, buf, sizeof(buf), 4,
+			       0), (long)sizeof(buf));
+	assert_true(all_bytes(buf, sizeof(buf), 0));
+	/* Many segments across EOF. */
+	memset(buf, 0xaa, sizeof(buf));
+	assert_int_equal(do_io(e, FOLIO_IO_READ, 500, buf, sizeof(buf), 300,
+			       77), (long)sizeof(buf));
+	assert_memory_equal(buf, data + 500, 500);
+	assert_true(all_bytes(buf + 500, sizeof(buf) - 500, 0));
+	assert_int_equal(folio_engine_free(e), 0);
+	tfile_close(&f);
+}
+
+/* More segments than one preadv/pwritev call or one SQE takes (IOV_MAX =
+ * 1024), of random lengths including empty ones: the engine goes on with
+ * the rest as after any short transfer. */
+void fe_test_many_segments(void **state)
+{
+	struct tfile f;
+	if (!tfile_open(&f, state))
+		return;
+	char name[64];
+	snprintf(name, sizeof(name), "%s_many_segments", fe_engine->name);
+	uint64_t seed = test_seed(name);
+	struct folio_engine *e = fe_new(f.fd, 0);
+	enum { LEN = 200000 };
+	char *in = xmalloc(LEN), *out = xmalloc(LEN);
+	fill(in, LEN, seed);
+	assert_int_equal(do_io(e, FOLIO_IO_WRITE, 4096, in, LEN, 2500,
+			       test_rand(&seed)), LEN);
+	memset(out, 0, LEN);
+	assert_int_equal(pread(f.fd, out, LEN, 4096), LEN);
+	assert_memory_equal(in, out, LEN);
+	memset(out, 0xee, LEN);
+	assert_int_equal(do_io(e, FOLIO_IO_READ, 4096, out, LEN, 1024,
+			       test_rand(&seed)), LEN);
+	assert_memory_equal(in, out, LEN);
+	memset(out, 0xee, LEN);
+	assert_int_equal(do_io(e, FOLIO_IO_READ, 4096, out, LEN, 3000,
+			       test_rand(&seed)), LEN);
+	assert_memory_equal(in, out, LEN);
+	/* Across EOF with more than IOV_MAX segments: 100000 real bytes. */
+	memset(out, 0xee, LEN);
+	assert_int_equal(do_io(e, FOLIO_IO_READ, 4096 + LEN - 100000, out, LEN,
+			       2000, test_rand(&seed)), LEN);
+	assert_memory_equal(out, in + LEN - 100000, 100000);
+	assert_true(all_bytes(out + 100000, LEN - 100000, 0));
+	assert_int_equal(folio_engine_free(e), 0);
+	free(in);
+	free(out);
+	tfile_close(&f);
+}
+
+/*
+ * A short write is easy to force with RLIMIT_FSIZE: the write stops at the
+ * limit and the next one fails with EFBIG. The engine must go on past the
+ * first short transfer and then report the bytes it did write.
+ */
+void fe_test_short_write(void **state)
+{
+	struct tfile f;
+	if (!tfile_open(&f, state))
+		return;
+	struct folio_engine *e = fe_new(f.fd, 0);
+	struct rlimit old, lim;
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+	void (*oldsig)(int) = signal(SIGXFSZ, SIG_IGN);
+	lim = old;
+	lim.rlim_cur = 10000;
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	char buf[30000], chk[30000];
+	fill(buf, sizeof(buf), 5);
+	long r = do_io(e, FOLIO_IO_WRITE, 0, buf, sizeof(buf), 7, 0);
+	long r2 = do_io(e, FOLIO_IO_WRITE, 20000, buf, 100, 1, 0);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+	signal(SIGXFSZ, oldsig);
+	assert_int_equal(r, 10000);
+	assert_int_equal(r2, -EFBIG); /* nothing written: the error */
+	assert_int_equal(pread(f.fd, chk, sizeof(chk), 0), 10000);
+	assert_memory_equal(chk, buf, 10000);
+	/* Resubmitting the rest now works. */
+	assert_int_equal(do_io(e, FOLIO_IO_WRITE, 10000, buf + 10000, 20000, 3,
+			       0), 20000);
+	assert_int_equal(pread(f.fd, chk, sizeof(chk), 0), 30000);
+	assert_memory_equal(chk, buf, 30000);
+	assert_int_equal(folio_engine_free(e), 0);
+	tfile_close(&f);
+}
+
+/* flush() covers the writes submitted before it (an asynchronous engine
+ * waits for them, delivering their completions), then syncs. truncate()
+ * waits for everything. */
+void fe_test_flush_truncate(void **state)
+{
+	struct tfile f;
+	if (!tfile_open(&f, state))
+		return;
+	for (int v = 0; v < fe_variants(); v++) {
+		unsigned flags = fe_variant_flags(v);
+		struct folio_engine *e = fe_new(f.fd, flags);
+		enum { N = 64, BS = 8192 };
+		char *in = xmalloc(N * BS);
+		struct tio t[N];
+		fill(in, N * BS, 6 + (uint64_t)v);
+		for (int i = 0; i < N; i++) {
+			tio_prep(&t[i], FOLIO_IO_WRITE, (uint64_t)i * BS,
+				 in + i * BS, BS, 2, 0);
+			assert_int_equal(eng_submit(e, &t[i]), 0);
+		}
+		/* None unplugged yet: flush must still cover them. The data
+		 * is in the file when flush returns; the completions may
+		 * still be on their way from a completion thread. */
+		assert_int_equal(eng_flush(e), 0);
+		char *chk = xmalloc(N * BS);
+		assert_int_equal(pread(f.fd, chk, N * BS, 0), N * BS);
+		assert_memory_equal(chk, in, N * BS);
+		if (!flags)
+			for (int i = 0; i < N; i++)
+				assert_int_equal(tio_done(&t[i]), 1);
+		wait_all(e, t, N);
+		for (int i = 0; i < N; i++)
+			assert_int_equal(atomic_load(&t[i].result), BS);
+
+		for (int i = 0; i < N; i++) {
+			tio_prep(&t[i], FOLIO_IO_READ, (uint64_t)i * BS,
+				 chk + i * BS, BS, 1, 0);
+			assert_int_equal(eng_submit(e, &t[i]), 0);
+		}
+		assert_int_equal(eng_truncate(e, 5000), 0);
+		if (!flags)
+			for (int i = 0; i < N; i++)
+				assert_int_equal(tio_done(&t[i]), 1);
+		wait_all(e, t, N);
+		/* Read before the truncate: the old contents. */
+		for (int i = 0; i < N; i++)
+			assert_int_equal(atomic_load(&t[i].result), BS);
+		assert_memory_equal(chk, in, N * BS);
+		struct stat st;
+		assert_int_equal(fstat(f.fd, &st), 0);
+		assert_int_equal(st.st_size, 5000);
+		assert_int_equal(eng_truncate(e, 100000), 0);
+		assert_int_equal(fstat(f.fd, &st), 0);
+		assert_int_equal(st.st_size, 100000);
+		memset(chk, 0xaa, 20000);
+		assert_int_equal(do_io(e, FOLIO_IO_READ, 0, chk, 20000, 1, 0),
+				 20000);
+		assert_memory_equal(chk, in, 5000);
+		assert_true(all_bytes(chk + 5000, 15000, 0));
+		assert_int_equal(eng_truncate(e, (UINT64_C(1) << 62) + 1),
+				 -EINVAL);
+		assert_int_equal(eng_flush(e), 0);
+		assert_int_equal(folio_engine_free(e), 0);
+		free(in);
+		free(chk);
+	}
+	tfile_close(&f);
+}
+
+/* Refused, not completed. */
+static void check_refused(struct folio_engine *e, struct tio *t)
+{
+	assert_int_equal(eng_submit(e, t), -EINVAL);
+	assert_int_equal(tio_done(t), 0);
+}
+
+void fe_test_direct(void **state)
+{
+	struct tfile f;
+	if (!tfile_open(&f, state))
+		return;
+	int fd = open(f.path, O_RDWR | O_DIRECT);
+	if (fd < 0) {
+		printf("# O_DIRECT not supported in %s (%s)\n", f.w->dir,
+		       strerror(errno));
+		tfile_close(&f);
+		return;
+	}
+	enum { LEN = 65536 };
+	char *in = xaligned(LEN), *out = xaligned(LEN);
+	fill(in, LEN, 7);
+
+	for (int pass = 0; pass < 2; pass++) {
+		/* pass 1: the flag is implied by the fd's O_DIRECT. */
+		struct folio_engine *e =
+			fe_new(fd, pass ? 0 : FOLIO_ENGINE_DIRECT);
+		assert_int_equal(do_io(e, FOLIO_IO_WRITE, 8192, in, LEN, 4, 0),
+				 LEN);
+		memset(out, 0, LEN);
+		assert_int_equal(do_io(e, FOLIO_IO_READ, 8192, out, LEN, 16, 0),
+				 LEN);
+		assert_memory_equal(in, out, LEN);
+
+		/* Misaligned positions and buffers, off by a byte inside
+		 * the first sector and past it. */
+		static const size_t skew[] = {1, 512 + 1};
+		struct tio t;
+		for (size_t i = 0; i < sizeof(skew) / sizeof(skew[0]); i++) {
+			tio_prep(&t, FOLIO_IO_READ, 8192 + skew[i], out, 4096,
+				 1, 0);
+			check_refused(e, &t);
+			tio_prep(&t, FOLIO_IO_WRITE, 8192, out + skew[i], 4096,
+				 1, 0);
+			check_refused(e, &t);
+		}
+		tio_prep(&t, FOLIO_IO_READ, 8192, out, 4000, 1, 0);
+		check_refused(e, &t);
+		/* Segment lengths count too, even when the total is fine. */
+		tio_prep(&t, FOLIO_IO_WRITE, 8192, out, 4096, 2, 0);
+		t.iov[0].iov_len = 1000;
+		t.iov[1].iov_base = out + 1000;
+		t.iov[1].iov_len = 3096;
+		check_refused(e, &t);
+
+		/* A direct read that ends past EOF: the kernel returns an
+		 * unaligned count; the rest is zero-filled. */
+		assert_int_equal(ftruncate(f.fd, 8192 + 1000), 0);
+		memset(out, 0xaa, LEN);
+		assert_int_equal(do_io(e, FOLIO_IO_READ, 8192, out, LEN, 2, 0),
+				 LEN);
+		assert_memory_equal(out, in, 1000);
+		assert_true(all_bytes(out + 1000, LEN - 1000, 0));
+		memset(out, 0xaa, LEN);
+		assert_int_equal(do_io(e, FOLIO_IO_READ, 1 << 20, out, 4096, 1,
+				       0), 4096);
+		assert_true(all_bytes(out, 4096, 0));
+		assert_int_equal(eng_flush(e), 0);
+		assert_int_equal(folio_engine_free(e), 0);
+	}
+	free(in);
+	free(out);
+	close(fd);
+	tfile_close(&f);
+}
+
+/* Errors complete the request with -errno: reading a directory gives
+ * EISDIR, writing through a read-only fd EBADF. */
+void fe_test_errors(void **state)
+{
+	struct tfile f;
+	if (!tfile_open(&f, state))
+		return;
+	char buf[100] = {0};
+	int dfd = open(f.w->dir, O_RDONLY | O_DIRECTORY);
+	assert_true(dfd >= 0);
+	struct folio_engine *e = fe_new(dfd, 0);
+	assert_int_equal(do_io(e, FOLIO_IO_READ, 0, buf, sizeof(buf), 1, 0),
+			 -EISDIR);
+	assert_int_equal(folio_engine_free(e), 0);
+	close(dfd);
+
+	int ro = open(f.path, O_RDONLY);
+	assert_true(ro >= 0);
+	e = fe_new(ro, 0);
+	assert_int_equal(do_io(e, FOLIO_IO_WRITE, 0, buf, sizeof(buf), 1, 0),
+			 -EBADF);
+	assert_int_equal(folio_engine_free(e), 0);
+	close(ro);
+	tfile_close(&f);
+}
+
+/* Malformed requests are refused before any I/O, so any fd serves. */
+void fe_test_bad_requests(void **state)
+{
+	struct folio_engine *e = fe_new(STDERR_FILENO, 0);
+	char buf[16] = {0};
+	struct tio t;
+	assert_int_equal(e->ops.submit(folio_engine_ctx(e), NULL), -EINVAL);
+	tio_prep(&t, FOLIO_IO_READ, 0, buf, 16, 2, 0);
+	t.rq.io.op = (enum folio_io_op)3;
+	check_refused(e, &t);
+	t.rq.io.op = FOLIO_IO_READ;
+	t.rq.io.len = 15;
+	check_refused(e, &t);
+	t.rq.io.len = 16;
+	t.rq.io.pos = UINT64_MAX - 1;
+	check_refused(e, &t);
+	t.rq.io.pos = 0;
+	t.rq.io.dev_pos = UINT64_MAX - 1;
+	check_refused(e, &t);
+	t.rq.io.dev_pos = 0;
+	t.rq.io.iovcnt = -2;
+	check_refused(e, &t);
+	if (e->ops.wait)
+		assert_int_equal(eng_wait(e), 0); /* nothing in flight */
+	/* A file engine is not a mem engine. */
+	assert_int_equal(folio_engine_mem_set_mode(e, FOLIO_MEM_POLL, 0),
+			 -EINVAL);
+	assert_int_equal(folio_engine_mem_poke(e, buf, 1, 0), -EINVAL);
+	assert_int_equal(folio_engine_free(e), 0);
+}

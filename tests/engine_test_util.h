@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Support shared by the engine tests (test_engine_mem, _posix, _uring).
+ *
+ * Requests are built by a small helper that embeds the library's request
+ * wrapper (struct fs_io), so nothing here needs the mapping layer; the
+ * engine's callbacks are reached through the ops table it was created
+ * with.
+ *
+ * The posix and io_uring engines promise the same things about files (the
+ * data path, end of file, segments, short transfers, flush and truncate,
+ * O_DIRECT, errors, refusals), so those tests are written once below and
+ * run against whichever engine the program names in fe_engine. They run
+ * in a directory on a disk file system (/var/tmp, else /tmp) and one on
+ * tmpfs (/dev/shm); a missing directory skips its half.
+ */
+#ifndef FOLIO_ENGINE_TEST_UTIL_H
+#define FOLIO_ENGINE_TEST_UTIL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "internal.h"
+
+/* ---- requests ------------------------------------------------------- */
+
+/* Requests of up to this many segments need no allocation, so tests that
+ * rebuild a request in place (or inside a completion) never leak. */
+#define TIO_INLINE_IOV 8
+
+struct tio {
+	struct fs_io rq;
+	struct iovec *iov; /* iov_inline, or allocated for more segments */
+	struct iovec iov_inline[TIO_INLINE_IOV];
+	atomic_int ncomplete;
+	atomic_long result;
+	atomic_uint order;           /* global completion rank */
+	void (*hook)(struct tio *t); /* runs inside the completion */
+	void *arg;
+};
+
+/* A request at pos (and dev_pos == pos) over buf split into nseg
+ * segments: about equal, or cut at pseudo-random points when seed != 0
+ * (some segments then are empty). */
+void tio_prep(struct tio *t, enum folio_io_op op, uint64_t pos, void *buf,
+	      size_t len, int nseg, uint64_t seed);
+/* Needed only after tio_prep() with more than TIO_INLINE_IOV segments. */
+void tio_free(struct tio *t);
+/* How many times the request has completed (0 or 1 unless a bug). */
+int tio_done(struct tio *t);
+/* The rank the next completion will get (see struct tio.order). */
+unsigned tio_completion_rank(void);
+
+int eng_submit(struct folio_engine *e, struct tio *t);
+/* Fails the test on an engine without wait(): such an engine must have
+ * completed the request already, as nothing else would. */
+int eng_wait(struct folio_engine *e);
+/* 0 for an engine without unplug(): it queues nothing. */
+int eng_unplug(struct folio_engine *e);
+int eng_flush(struct folio_engine *e);
+int eng_truncate(struct folio_engine *e, uint64_t size);
+
+/* wait() until each of the n requests has completed. */
+void wait_all(struct folio_engine *e, struct tio *t, int n);
+/* Submit t, start it, wait for it; its result, or submit()'s refusal. */
+long tio_run(struct folio_engine *e, struct tio *t);
+/* tio_prep() + tio_run() + tio_free(). */
+long do_io(struct folio_engine *e, enum folio_io_op op, uint64_t pos,
+	   void *buf, size_t len, int nseg, uint64_t seed);
+
+/* ---- completions that call back into the engine --------------------- */
+
+#define CHAIN_MAX 64
+
+/* Writes each submitted by the completion of the one before: the engine
+ * must not hold a lock while completing. */
+struct chain {
+	struct folio_engine *e;
+	struct tio t[CHAIN_MAX];
+	char buf[CHAIN_MAX][512];
+	int n;
+	atomic_int submitted;
+	atomic_int hooked; /* completions whose hook has run */
+	atomic_int failed;
+};
+
+/* Runs a chain of n (up to CHAIN_MAX) writes of buf[i] (filled from
+ * seed + i) at i * 512 until every hook has run. The caller checks the
+ * data, frees e, then calls chain_finish(). */
+struct chain *chain_run(struct folio_engine *e, int n, uint64_t seed);
+/* Checks that every request completed once, in full, and frees ch. Only
+ * after the engine is freed: that waits for the last completion to
+ * return. */
+void chain_finish(struct chain *ch);
+
+/* A 512-byte write at 0 whose completion runs hook (with arg e) before it
+ * counts as done; its result. */
+long run_hooked(struct folio_engine *e, void (*hook)(struct tio *t));
+
+/* wait() inside a completion must not wait for that very request. */
+void check_wait_in_completion(struct folio_engine *e);
+
+/* ---- memory --------------------------------------------------------- */
+
+/* malloc that never returns NULL (abort() is known not to return, which
+ * keeps the compiler from warning about NULL paths). */
+void *xmalloc(size_t n);
+/* Page aligned, as O_DIRECT wants. */
+void *xaligned(size_t n);
+void fill(void *buf, size_t len, uint64_t seed);
+bool all_bytes(const void *buf, size_t len, unsigned char v);
+
+/* ---- the file engine under test ------------------------------------- */
+
+struct file_engine {
+	const char *name; /* names the temporary directories and seeds */
+	/* An engine on fd (assert on failure). */
+	struct folio_engine *(*create)(int fd, unsigned flags);
+	/* submit() completes before it returns; otherwise nothing completes
+	 * before unplug() and wait() (without an engine thread). */
+	bool completes_in_submit;
+	/* The flag that makes an engine thread complete requests, or 0 when
+	 * the engine has none: tests that care run once with it as well. */
+	unsigned completion_thread_flag;
+};
+
+/* Set by main() before the tests run. */
+extern const struct file_engine *fe_engine;
+
+struct folio_engine *fe_new(int fd, unsigned flags);
+
+/* ---- temporary files ------------------------------------------------ */
+
+struct where {
+	const char *const *candidates;
+	char dir[256];
+	bool ok;
+};
+
+/* The two directories; the state of the tests FE_ON_BOTH() lists. */
+extern struct where fe_disk, fe_shm;
+
+/* A data test once per file system, named after it. */
+#define ON_BOTH(f)                                       \
+	{#f "_disk", f, NULL, NULL, &fe_disk},           \
+	{#f "_shm", f, NULL, NULL, &fe_shm}
+
+/* The same for the shared tests below, under the names they had when
+ * each engine's file had its own copy: FE_ON_BOTH(x) runs fe_test_x as
+ * "test_x_disk" and "test_x_shm", FE_TEST(x) once as "test_x". */
+#define FE_ON_BOTH(x)                                              \
+	{"test_" #x "_disk", fe_test_##x, NULL, NULL, &fe_disk},   \
+	{"test_" #x "_shm", fe_test_##x, NULL, NULL, &fe_shm}
+#define FE_TEST(x) {"test_" #x, fe_test_##x, NULL, NULL, NULL}
+
+/* Group fixtures: make the directories, and remove them together with
+ * any files a failed test left behind. */
+int fe_group_setup(void **state);
+int fe_group_teardown(void **state);
+
+/* A fresh empty file; close and unlink it with tfile_close(). */
+struct tfile {
+	char path[300];
+	int fd;
+	struct where *w; /* its directory */
+};
+
+/* In the test's directory (state of an FE_ON_BOTH() test), or in either
+ * for a test without state. When the directory is missing it says so
+ * and returns false, and the test returns: skip() is not used because
+ * cmocka 1.1.5 reports it in TAP as "not ok N # SKIP", which meson 1.0
+ * counts as a failure. */
+bool tfile_open(struct tfile *f, void **state);
+void tfile_close(struct tfile *f);
+
+/* ---- tests shared by the file engines ------------------------------- */
+
+void fe_test_round_trip(void **state);
+void fe_test_dev_pos(void **state);
+void fe_test_read_past_eof(void **state);
+void fe_test_many_segments(void **state);
+void fe_test_short_write(void **state);
+void fe_test_flush_truncate(void **state);
+void fe_test_direct(void **state);
+void fe_test_errors(void **state);
+void fe_test_bad_requests(void **state);
+
+#endif
