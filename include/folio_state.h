@@ -75,7 +75,8 @@ struct folio;
 /**
  * folio_new() - allocate a folio with all blocks not uptodate and clean.
  * @out:        receives the folio (reference count 1) on success.
- * @pos:        object position of the first byte; a multiple of @size.
+ * @pos:        object position of the first byte; a multiple of @size,
+ *              below 2^62 (the largest object position).
  * @size:       folio size; a power of two, @block_size <= @size <= FOLIO_MAX_SIZE.
  * @block_size: a power of two, FOLIO_MIN_BLOCK_SIZE..FOLIO_MAX_BLOCK_SIZE.
  *
@@ -83,7 +84,7 @@ struct folio;
  * the per-block state lives in the same allocation as the folio header.
  *
  * Return: 0; -EINVAL for a NULL @out, a bad size or block size, or a
- * misaligned @pos; -ENOMEM.
+ * misaligned @pos or one at or past 2^62; -ENOMEM.
  */
 FOLIO_EXPORT int folio_new(struct folio **out, uint64_t pos, size_t size,
 			   size_t block_size);
@@ -112,8 +113,9 @@ FOLIO_EXPORT size_t folio_block_size(const struct folio *f);
  * folio_set_uptodate() - mark the blocks touched by [off, off+len) uptodate.
  * Call it only after those bytes really hold the object's data.
  *
- * Return: a mask of FOLIO_BECAME_* bits (0 when nothing changed state);
- * -EINVAL for NULL; -ERANGE when the range leaves the folio or overflows.
+ * Return: a mask of FOLIO_BECAME_* bits (0 when this call made neither
+ * folio-wide transition, also when it marked blocks); -EINVAL for NULL;
+ * -ERANGE when the range leaves the folio or overflows.
  */
 FOLIO_EXPORT int folio_set_uptodate(struct folio *f, size_t off, size_t len);
 
