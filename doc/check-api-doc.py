@@ -1,0 +1,504 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Keep doc/api.md honest against include/folio_state.h.
+
+Commands (paths default to the ones next to this script):
+
+  check      Fail (exit 1) when
+             - a FOLIO_EXPORT function of the header has no heading in the
+               guide (a line starting with '#' that names it);
+             - the guide names a lower-case folio_* identifier that the
+               header does not declare (function, struct, enum, typedef),
+               or calls as a function (name followed by '(') something
+               that is not an exported function;
+             - the guide names an upper-case FOLIO_* constant the header
+               does not define;
+             - an excerpt block, marked by a line
+                 <!-- example: FILE [REGION] -->
+               right before its ``` fence, differs from doc/examples/FILE
+               (the whole file, or the dedented lines between
+               'doc:begin REGION' and 'doc:end REGION');
+             - a program in doc/examples/ is not mentioned in the guide;
+             - a link to '#anchor' matches no heading.
+  fragments  Write the guide's C fragments into one C file (--out) that
+             compiles only if every fragment is correct C against the
+             header. A ```c block is the body of a function with the
+             parameters listed in FRAGMENT_PARAMS below; one marked
+             <!-- c:file --> goes to file scope; <!-- c:skip --> and
+             excerpt blocks are left out.
+  update     Rewrite the excerpt blocks of the guide from their files.
+  selftest   Check that 'check' notices each kind of mistake.
+"""
+
+import argparse
+import difflib
+import os
+import re
+import sys
+import tempfile
+import textwrap
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_HEADER = os.path.join(HERE, '..', 'include', 'folio_state.h')
+DEFAULT_DOC = os.path.join(HERE, 'api.md')
+DEFAULT_EXAMPLES = os.path.join(HERE, 'examples')
+
+# What a body fragment may use without declaring it (see doc/api.md).
+FRAGMENT_PARAMS = ('struct folio_mapping *m, struct folio_engine *e, '
+                   'struct folio *f, int fd, char *buf, size_t len, '
+                   'uint64_t pos, folio_errseq_t cursor')
+
+FRAGMENT_INCLUDES = [
+    'errno.h', 'fcntl.h', 'pthread.h', 'stdatomic.h', 'stdbool.h',
+    'stdint.h', 'stdio.h', 'stdlib.h', 'string.h', 'sys/stat.h',
+    'sys/types.h', 'sys/uio.h', 'time.h', 'unistd.h', 'folio_state.h',
+]
+
+# folio_* words in the guide that are not C identifiers of the header.
+NON_API_WORDS = {
+    'folio_state',      # as in folio_state.h / libfolio-state
+    'folio_state_dep',  # the meson dependency
+}
+
+MARK_RE = re.compile(r'^<!--\s*(example:\s*(\S+)(?:\s+(\S+))?|c:file|c:skip)'
+                     r'\s*-->\s*$')
+FENCE_RE = re.compile(r'^```(\w*)\s*$')
+
+
+# ---------------------------------------------------------------------
+# The header
+# ---------------------------------------------------------------------
+
+def strip_c_comments(text):
+    """Remove /* */ and // comments, keeping line breaks."""
+    out = []
+    i, n = 0, len(text)
+    while i < n:
+        if text.startswith('/*', i):
+            j = text.find('*/', i + 2)
+            j = n if j < 0 else j + 2
+            out.append('\n' * text.count('\n', i, j))
+            i = j
+        elif text.startswith('//', i):
+            j = text.find('\n', i)
+            i = n if j < 0 else j
+        elif text[i] == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == '\\' else 1
+            out.append(text[i:j + 1])
+            i = j + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return ''.join(out)
+
+
+class Header:
+    def __init__(self, path):
+        with open(path, encoding='utf-8') as fh:
+            code = strip_c_comments(fh.read())
+        self.functions = []
+        for m in re.finditer(r'\bFOLIO_EXPORT\b([^;{]*?)\(', code):
+            line_start = code.rfind('\n', 0, m.start()) + 1
+            if code[line_start:m.start()].lstrip().startswith('#'):
+                continue  # the #define of FOLIO_EXPORT itself
+            words = re.findall(r'[A-Za-z_]\w*', m.group(1))
+            if words:
+                self.functions.append(words[-1])
+        self.types = set(re.findall(r'\b(?:struct|enum|union)\s+(folio_\w+)',
+                                    code))
+        self.types |= set(re.findall(r'\btypedef\b[^;]*?\b(folio_\w+)\s*;',
+                                     code))
+        self.constants = set(re.findall(r'\bFOLIO_[A-Z0-9_]+\b', code))
+        self.lower = set(self.functions) | self.types
+
+
+# ---------------------------------------------------------------------
+# The guide
+# ---------------------------------------------------------------------
+
+class Block:
+    def __init__(self, lang, mark, start, lines):
+        self.lang = lang    # info string after ```
+        self.mark = mark    # (kind, file, region) or None
+        self.start = start  # 1-based line number of the first code line
+        self.lines = lines  # code lines, without the fences
+
+
+def parse_doc(text):
+    """Split the guide into prose lines and fenced blocks."""
+    lines = text.split('\n')
+    blocks, prose = [], []
+    i = 0
+    pending = None
+    while i < len(lines):
+        line = lines[i]
+        fm = FENCE_RE.match(line)
+        if fm:
+            j = i + 1
+            while j < len(lines) and not lines[j].startswith('```'):
+                j += 1
+            blocks.append(Block(fm.group(1), pending, i + 2, lines[i + 1:j]))
+            pending = None
+            i = j + 1
+            continue
+        mm = MARK_RE.match(line)
+        if mm:
+            if mm.group(2):
+                pending = ('example', mm.group(2), mm.group(3))
+            else:
+                pending = (mm.group(1), None, None)
+        elif line.strip():
+            pending = None
+        prose.append((i + 1, line))
+        i += 1
+    return prose, blocks
+
+
+def slug(heading):
+    """GitHub's anchor for a heading text."""
+    s = heading.strip().lower()
+    s = re.sub(r'[^\w\- ]', '', s)
+    return s.replace(' ', '-')
+
+
+def example_text(examples_dir, name, region):
+    """The code an excerpt must match, or raise ValueError."""
+    path = os.path.join(examples_dir, name)
+    if not os.path.isfile(path):
+        raise ValueError('no such example file: doc/examples/%s' % name)
+    with open(path, encoding='utf-8') as fh:
+        lines = fh.read().rstrip('\n').split('\n')
+    if region is None:
+        return lines
+    begin = [i for i, l in enumerate(lines)
+             if re.search(r'\bdoc:begin\s+%s\b' % re.escape(region), l)]
+    end = [i for i, l in enumerate(lines)
+           if re.search(r'\bdoc:end\s+%s\b' % re.escape(region), l)]
+    if len(begin) != 1 or len(end) != 1 or end[0] < begin[0]:
+        raise ValueError('doc/examples/%s: region %r needs one doc:begin '
+                         'and one doc:end line' % (name, region))
+    body = '\n'.join(lines[begin[0] + 1:end[0]])
+    return textwrap.dedent(body).split('\n')
+
+
+def check(header_path, doc_path, examples_dir, out=sys.stderr):
+    hdr = Header(header_path)
+    with open(doc_path, encoding='utf-8') as fh:
+        text = fh.read()
+    prose, blocks = parse_doc(text)
+    errors = []
+    docname = os.path.relpath(doc_path)
+
+    def err(line, msg):
+        errors.append('%s:%d: %s' % (docname, line, msg))
+
+    if not hdr.functions:
+        errors.append('%s: no FOLIO_EXPORT function found' % header_path)
+
+    # 1. Every exported function has a heading.
+    headings = [(n, l) for n, l in prose if l.startswith('#')]
+    named = set()
+    for _, l in headings:
+        named |= set(re.findall(r'\bfolio_\w+', l))
+    for fn in hdr.functions:
+        if fn not in named:
+            errors.append('%s: %s() (exported by the header) has no '
+                          'heading in the guide' % (docname, fn))
+
+    # 2. Every folio_* / FOLIO_* name in the guide exists in the header.
+    all_lines = list(prose)
+    for b in blocks:
+        all_lines += [(b.start + k, l) for k, l in enumerate(b.lines)]
+    for n, l in all_lines:
+        # file names (folio_state.h, folio_basics.c) are not identifiers
+        scrub = re.sub(r'\b\w+\.(?:c|h|md|py|sh)\b', ' ', l)
+        for m in re.finditer(r'(?<![\w-])(folio_[a-z0-9_]+)(\*)?(\s*\()?',
+                             scrub):
+            name, star, call = m.groups()
+            if star:  # a family: folio_test_*()
+                if not any(f.startswith(name) for f in hdr.lower):
+                    err(n, 'no header name starts with %s' % name)
+                continue
+            if name in NON_API_WORDS:
+                continue
+            if name not in hdr.lower:
+                err(n, '%s is not declared in the header' % name)
+            elif call and name not in hdr.functions:
+                err(n, '%s is called like a function but is not an '
+                    'exported function' % name)
+        for m in re.finditer(r'(?<![\w-])(FOLIO_[A-Z0-9_]+)(\*)?', scrub):
+            name, star = m.groups()
+            if star:  # a family: FOLIO_BECAME_*
+                if not any(c.startswith(name) for c in hdr.constants):
+                    err(n, 'no header constant starts with %s' % name)
+            elif name not in hdr.constants:
+                err(n, '%s is not defined in the header' % name)
+
+    # 3. Excerpts match their files.
+    for b in blocks:
+        if not b.mark or b.mark[0] != 'example':
+            continue
+        _, name, region = b.mark
+        try:
+            want = example_text(examples_dir, name, region)
+        except ValueError as e:
+            err(b.start - 1, str(e))
+            continue
+        if b.lines != want:
+            diff = difflib.unified_diff(
+                want, b.lines, 'doc/examples/%s%s' % (
+                    name, ' (%s)' % region if region else ''),
+                '%s:%d' % (docname, b.start), lineterm='', n=1)
+            err(b.start - 1, 'excerpt differs from its file (run '
+                '"doc/check-api-doc.py update"):\n  ' + '\n  '.join(diff))
+
+    # 4. Every example program is mentioned.
+    if os.path.isdir(examples_dir):
+        for name in sorted(os.listdir(examples_dir)):
+            if name.endswith('.c') and name not in text:
+                errors.append('%s: doc/examples/%s is never mentioned'
+                              % (docname, name))
+
+    # 5. Internal links resolve.
+    anchors = set()
+    for _, l in headings:
+        anchors.add(slug(l.lstrip('#')))
+    for n, l in prose:
+        for m in re.finditer(r'\]\(#([^)]+)\)', l):
+            if m.group(1) not in anchors:
+                err(n, 'link to #%s matches no heading' % m.group(1))
+
+    for e in errors:
+        print(e, file=out)
+    if not errors:
+        print('%s: %d exported functions, all documented; %d code blocks, '
+              '%d excerpts checked' % (
+                  docname, len(hdr.functions), len(blocks),
+                  sum(1 for b in blocks if b.mark and
+                      b.mark[0] == 'example')), file=out)
+    return not errors
+
+
+# ---------------------------------------------------------------------
+# Fragments
+# ---------------------------------------------------------------------
+
+def c_string(s):
+    return '"' + s.replace('\\', '\\\\').replace('"', '\\"') + '"'
+
+
+def fragments(doc_path, out_path, line_path=None):
+    with open(doc_path, encoding='utf-8') as fh:
+        _, blocks = parse_doc(fh.read())
+    src = line_path or doc_path
+    out = ['/* Generated from %s by doc/check-api-doc.py: do not edit. */'
+           % os.path.basename(doc_path)]
+    out += ['#include <%s>' % h for h in FRAGMENT_INCLUDES]
+    # Fragments show calls, not complete functions: values they compute
+    # and leave unused are fine, and a local may shadow a parameter.
+    out.append('#ifdef __clang__')
+    out.append('#pragma clang diagnostic ignored "-Wunknown-warning-option"')
+    out.append('#endif')
+    for w in ('unused-variable', 'unused-but-set-variable',
+              'unused-but-set-parameter', 'unused-function', 'unused-label',
+              'shadow'):
+        out.append('#pragma GCC diagnostic ignored "-W%s"' % w)
+    out.append('')
+    names = []
+    for b in blocks:
+        if b.lang != 'c' or (b.mark and b.mark[0] in ('example', 'c:skip')):
+            continue
+        if b.mark and b.mark[0] == 'c:file':
+            out.append('#line %d %s' % (b.start, c_string(src)))
+            out += b.lines
+            out.append('')
+            continue
+        name = 'fragment_%d' % b.start
+        names.append(name)
+        out.append('static int %s(%s)' % (name, FRAGMENT_PARAMS))
+        out.append('{')
+        out.append('{ /* own scope: a fragment may redeclare a parameter */')
+        out.append('#line %d %s' % (b.start, c_string(src)))
+        out += b.lines
+        out.append('}')
+        out.append('\treturn 0;')
+        out.append('}')
+        out.append('')
+    out.append('typedef int (*fragment_fn)(%s);' % FRAGMENT_PARAMS)
+    out.append('static const fragment_fn all_fragments[] = {')
+    out += ['\t%s,' % n for n in names] or ['\t0,']
+    out.append('};')
+    out.append('')
+    out.append('int main(void)')
+    out.append('{')
+    out.append('\tprintf("%%zu fragments of %s compile and link\\n", '
+               'sizeof(all_fragments) / sizeof(all_fragments[0]));'
+               % os.path.basename(doc_path))
+    out.append('\treturn 0;')
+    out.append('}')
+    tmp = out_path + '.tmp'
+    with open(tmp, 'w', encoding='utf-8') as fh:
+        fh.write('\n'.join(out) + '\n')
+    os.replace(tmp, out_path)
+    return len(names)
+
+
+# ---------------------------------------------------------------------
+# Update
+# ---------------------------------------------------------------------
+
+def update(doc_path, examples_dir):
+    with open(doc_path, encoding='utf-8') as fh:
+        lines = fh.read().split('\n')
+    _, blocks = parse_doc('\n'.join(lines))
+    changed = 0
+    # Replace from the end so earlier line numbers stay valid.
+    for b in reversed(blocks):
+        if not b.mark or b.mark[0] != 'example':
+            continue
+        want = example_text(examples_dir, b.mark[1], b.mark[2])
+        if want != b.lines:
+            first = b.start - 1
+            lines[first:first + len(b.lines)] = want
+            changed += 1
+    if changed:
+        with open(doc_path, 'w', encoding='utf-8') as fh:
+            fh.write('\n'.join(lines))
+    print('%d excerpt(s) updated' % changed)
+    return True
+
+
+# ---------------------------------------------------------------------
+# Self-test
+# ---------------------------------------------------------------------
+
+SELFTEST_HEADER = '''
+#define FOLIO_EXPORT __attribute__((visibility("default")))
+#define FOLIO_FLAG_A 1u
+struct folio;
+typedef unsigned long folio_cookie_t;
+/* FOLIO_EXPORT int folio_commented_out(void); */
+FOLIO_EXPORT int folio_alpha(struct folio *f);
+FOLIO_EXPORT struct folio *
+folio_beta(struct folio *f,
+           int flags);
+'''
+
+SELFTEST_DOC = '''# Guide
+See [beta](#folio_beta) and example.c.
+<!-- example: example.c part -->
+```c
+int x = FOLIO_FLAG_A;
+```
+### folio_alpha()
+```c
+folio_alpha(f);
+```
+### folio_beta()
+`folio_cookie_t` and `struct folio`.
+'''
+
+SELFTEST_EXAMPLE = '''int main(void)
+{
+	/* doc:begin part */
+	int x = FOLIO_FLAG_A;
+	/* doc:end part */
+	return x;
+}
+'''
+
+
+def selftest():
+    cases = {
+        'good': (SELFTEST_DOC, True),
+        'missing heading': (SELFTEST_DOC.replace('### folio_beta()',
+                                                 '### beta'), False),
+        'unknown function': (SELFTEST_DOC + 'Call folio_gamma().\n', False),
+        'type called as function': (SELFTEST_DOC + 'folio_cookie_t(1)\n',
+                                    False),
+        'unknown constant': (SELFTEST_DOC + 'FOLIO_FLAG_B\n', False),
+        'stale excerpt': (SELFTEST_DOC.replace('int x = FOLIO_FLAG_A;\n```',
+                                               'int y = FOLIO_FLAG_A;\n```',
+                                               1), False),
+        'example not mentioned': (SELFTEST_DOC.replace(
+            ' and example.c.', '.').replace(
+            '<!-- example: example.c part -->\n', ''), False),
+        'families': (SELFTEST_DOC + 'folio_a*() and FOLIO_FLAG_*\n', True),
+        'bad family': (SELFTEST_DOC + 'folio_z*()\n', False),
+        'dangling link': (SELFTEST_DOC + '[x](#nowhere)\n', False),
+        'commented-out name': (SELFTEST_DOC + 'folio_commented_out\n',
+                               False),
+    }
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        hpath = os.path.join(tmp, 'h.h')
+        exdir = os.path.join(tmp, 'examples')
+        os.mkdir(exdir)
+        with open(hpath, 'w') as fh:
+            fh.write(SELFTEST_HEADER)
+        with open(os.path.join(exdir, 'example.c'), 'w') as fh:
+            fh.write(SELFTEST_EXAMPLE)
+        hdr = Header(hpath)
+        if hdr.functions != ['folio_alpha', 'folio_beta']:
+            print('selftest: header parsed as %r' % hdr.functions)
+            ok = False
+        for name, (doc, want) in cases.items():
+            dpath = os.path.join(tmp, 'api.md')
+            with open(dpath, 'w') as fh:
+                fh.write(doc)
+            with open(os.devnull, 'w') as sink:
+                got = check(hpath, dpath, exdir, out=sink)
+            if got != want:
+                print('selftest: case %r: check returned %r, expected %r'
+                      % (name, got, want))
+                ok = False
+        # update() repairs a stale excerpt.
+        dpath = os.path.join(tmp, 'api.md')
+        with open(dpath, 'w') as fh:
+            fh.write(cases['stale excerpt'][0])
+        update(dpath, exdir)
+        with open(os.devnull, 'w') as sink:
+            if not check(hpath, dpath, exdir, out=sink):
+                print('selftest: update() did not repair the excerpt')
+                ok = False
+        # fragments() wraps bodies and keeps file-scope blocks.
+        out = os.path.join(tmp, 'frag.c')
+        n = fragments(dpath, out)
+        with open(out) as fh:
+            c = fh.read()
+        if n != 1 or 'folio_alpha(f);' not in c or 'int x' in c:
+            print('selftest: fragments() output unexpected (%d bodies)' % n)
+            ok = False
+    print('selftest: %s' % ('ok' if ok else 'FAILED'))
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument('command',
+                    choices=['check', 'fragments', 'update', 'selftest'])
+    ap.add_argument('--header', default=DEFAULT_HEADER)
+    ap.add_argument('--doc', default=DEFAULT_DOC)
+    ap.add_argument('--examples', default=DEFAULT_EXAMPLES)
+    ap.add_argument('--out', help='output C file (fragments)')
+    ap.add_argument('--line-path', help='file name for #line (fragments)')
+    a = ap.parse_args()
+    if a.command == 'check':
+        ok = check(a.header, a.doc, a.examples)
+    elif a.command == 'fragments':
+        if not a.out:
+            ap.error('fragments needs --out')
+        fragments(a.doc, a.out, a.line_path)
+        ok = True
+    elif a.command == 'update':
+        ok = update(a.doc, a.examples)
+    else:
+        ok = selftest()
+    return 0 if ok else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
