@@ -13,9 +13,11 @@
  *  - Options structs start with `size_t sz`; set it to sizeof(the struct) so
  *    the library can grow the struct without breaking old callers. A NULL
  *    options pointer means "all defaults".
- *  - A non-zero return from a user callback is passed back unchanged.
+ *  - A non-zero return from a user callback (folio_mapping_dirty_ranges)
+ *    is passed back unchanged. Engine callbacks return 0 or a negative
+ *    errno; a positive value from them is treated as -EIO.
  *
- * Layers (each uses only the ones above it): folio -> engine -> mapping.
+ * Layers, each using only the ones before it: folio -> engine -> mapping.
  */
 #ifndef FOLIO_STATE_H
 #define FOLIO_STATE_H
@@ -286,6 +288,14 @@ struct folio_io {
  */
 FOLIO_EXPORT void folio_io_complete(struct folio_io *io, ssize_t result);
 
+/*
+ * Engine callbacks. They may be called from any thread that uses the
+ * mapping, while the library holds folio locks and mapping locks, so they
+ * must not call back into the mapping (folio_io_complete() is the one
+ * library call they make). A read must transfer its full length, zero-
+ * filling past the end of the object: a short read completes as -EIO.
+ * A write may complete short; the library resubmits the rest.
+ */
 struct folio_engine_ops {
 	size_t sz; /* sizeof(struct folio_engine_ops) */
 	/* Start @io. Return 0 when accepted (complete() will be called
@@ -682,7 +692,9 @@ FOLIO_EXPORT int folio_mapping_new(struct folio_mapping **out,
 
 /**
  * folio_mapping_free() - drop every clean folio and free the mapping.
- * Return: 0 (also for NULL); -EBUSY when any dirty data or I/O remains: then
+ * Call it when no other thread uses the mapping.
+ * Return: 0 (also for NULL); -EBUSY when any dirty data or I/O remains, or
+ * a folio is locked (a write_begin() without its write_end()): then
  * nothing is freed (sync first, or invalidate with FOLIO_INVALIDATE_DISCARD).
  */
 FOLIO_EXPORT int folio_mapping_free(struct folio_mapping *m);
@@ -704,8 +716,9 @@ FOLIO_EXPORT ssize_t folio_mapping_write(struct folio_mapping *m,
  * folio_mapping_read() - buffered read like pread(2): short at EOF, never
  * bytes beyond it. Missing blocks are read with as few engine requests as
  * the layout allows.
- * Return: bytes read (0 at/after EOF); -EINVAL; the engine's error when the
- * first byte cannot be read (a later failure gives a short count).
+ * Return: bytes read (0 at/after EOF); -EINVAL for NULL @m or NULL @buf
+ * with @len > 0; -EFBIG past 2^62; the engine's error (or -ENOMEM) when
+ * the first byte cannot be read (a later failure gives a short count).
  */
 FOLIO_EXPORT ssize_t folio_mapping_read(struct folio_mapping *m, void *buf,
 					size_t len, uint64_t pos);
@@ -719,10 +732,11 @@ FOLIO_EXPORT ssize_t folio_mapping_read(struct folio_mapping *m, void *buf,
  * Return: bytes of [pos, pos+len) inside this folio (>= 1); -EINVAL (also
  * for len == 0); -EFBIG; the engine's error.
  *
- * Until write_end() the folio stays locked: this thread must not read or
- * write that folio's range through the mapping meanwhile (it would wait
- * for itself); other folios and other threads are unaffected, and a
- * concurrent truncate waits for the write_end().
+ * Until write_end() the folio stays locked. Between the two calls the
+ * calling thread must not call any other function of this mapping: it
+ * could wait for its own folio, or for a truncate that waits for it.
+ * Other threads are unaffected (a concurrent truncate waits for the
+ * write_end()). write_end() may be called from another thread.
  */
 FOLIO_EXPORT ssize_t folio_mapping_write_begin(struct folio_mapping *m,
 					       uint64_t pos, size_t len,
@@ -732,8 +746,12 @@ FOLIO_EXPORT ssize_t folio_mapping_write_begin(struct folio_mapping *m,
  * folio_mapping_write_end() - finish a write_begin(): mark @copied bytes at
  * @pos dirty and uptodate, grow EOF, unlock and drop the reference.
  * @copied may be less than write_begin's count (0: nothing changes).
- * Return: @copied; -EINVAL when @folio is not locked/in @m or the range is
- * outside it (the folio is still unlocked and released).
+ * Return: the bytes committed: @copied, or less when a short copy ends
+ * inside a block that write_begin() did not make valid (the count then
+ * stops at that block's start, which may be 0). -EINVAL when @m or @folio
+ * is NULL, or @folio is not a locked folio of @m: nothing is released then.
+ * -EINVAL when the range lies outside the folio: the folio is unlocked and
+ * released all the same.
  */
 FOLIO_EXPORT ssize_t folio_mapping_write_end(struct folio_mapping *m,
 					     struct folio *folio,
@@ -741,7 +759,11 @@ FOLIO_EXPORT ssize_t folio_mapping_write_end(struct folio_mapping *m,
 
 /**
  * folio_mapping_lookup() - the cached folio holding @pos, referenced (drop
- * it with folio_put()). Return: 0; -ENOENT when not cached; -EINVAL.
+ * it with folio_put()). Use it to inspect the folio (its state, its data
+ * under folio_lock()); change a mapping's data only through the mapping's
+ * write calls, which also keep its dirty index: a bare folio_set_dirty()
+ * on it would never be written back.
+ * Return: 0; -ENOENT when not cached; -EINVAL.
  */
 FOLIO_EXPORT int folio_mapping_lookup(struct folio_mapping *m, uint64_t pos,
 				      struct folio **folio);
@@ -798,7 +820,12 @@ struct folio_mapping_stats {
 	uint64_t folios_by_shift[FOLIO_STATS_SHIFTS];
 };
 
-/** folio_mapping_stats() - fill @st (honouring st->sz). 0 / -EINVAL. */
+/**
+ * folio_mapping_stats() - fill @st with the counters and a walk of the
+ * cache (cached/dirty bytes, folios by size), honouring @st->sz: fields
+ * past it are not written.
+ * Return: 0; -EINVAL for NULL arguments or @st->sz < sizeof(size_t).
+ */
 FOLIO_EXPORT int folio_mapping_stats(struct folio_mapping *m,
 				     struct folio_mapping_stats *st);
 
@@ -861,8 +888,10 @@ FOLIO_EXPORT folio_errseq_t folio_mapping_err_cursor(struct folio_mapping *m);
 /**
  * folio_mapping_sync() - make everything written before the call durable:
  * write back all dirty data (waiting for folios already under writeback),
- * wait for all in-flight writes, call the engine's flush(), and report the
- * first error @cursor has not yet seen (advancing @cursor past it).
+ * wait for all in-flight writes, call the engine's flush(), and report
+ * whether errors were recorded since @cursor last looked: if so, the most
+ * recent one's errno is returned and @cursor moves past all of them (like
+ * Linux's errseq: several errors between two syncs are reported once).
  * Short writes are resubmitted within the call; data that still cannot be
  * written stays dirty (default policy) and is reported.
  * @cursor: from folio_mapping_err_cursor(); NULL uses the mapping's own
@@ -879,7 +908,9 @@ FOLIO_EXPORT int folio_mapping_sync(struct folio_mapping *m,
  * folio_mapping_dirty_ranges() - call @fn(pos, len, @arg) for each maximal
  * dirty byte range overlapping [start, end) (end 0: no end), merged across
  * folios, in position order, without writing or changing anything. Ranges
- * are whole blocks clamped to EOF.
+ * are whole blocks clamped to EOF. @fn runs with no library lock held and
+ * may call any mapping function; the ranges are a snapshot that other
+ * threads may change meanwhile.
  * Return: 0; the first non-zero value @fn returned (iteration stops);
  * -EINVAL for NULL @m or @fn, or end < start.
  */

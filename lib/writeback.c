@@ -353,7 +353,8 @@ int folio_mapping_dirty_ranges(struct folio_mapping *m, uint64_t start,
 		return -EINVAL;
 	struct range_acc acc = {fn, arg, 0, 0};
 	int r = 0;
-	pthread_rwlock_rdlock(&m->io_lock);
+	/* Only folio references are held while fn runs: no lock, so fn may
+	 * call back into the mapping. */
 	uint64_t eof = mapping_eof(m);
 	uint64_t stop = MIN(end ? end : FOLIO_MAX_POS, eof);
 	if (start < stop) {
@@ -375,7 +376,6 @@ int folio_mapping_dirty_ranges(struct folio_mapping *m, uint64_t start,
 			folio_put(f);
 		}
 	}
-	pthread_rwlock_unlock(&m->io_lock);
 	if (!r && acc.len)
 		r = fn(acc.pos, acc.len, arg);
 	return r;
