@@ -12,6 +12,10 @@
 	(FOLIO_MAPPING_STABLE_WRITES | FOLIO_MAPPING_DROP_ON_ERROR | \
 	 FOLIO_MAPPING_FOLIO_DIRTY)
 
+/* Mapping ids are never reused, so a thread's cached folio pointer can
+ * never be mistaken for one of a later mapping at the same address. */
+static _Atomic uint64_t next_mapping_id = 1;
+
 /* Fields a caller's options struct must have (everything up to engine). */
 #define OPTS_MIN_SZ \
 	(offsetof(struct folio_mapping_opts, engine) + sizeof(void *))
@@ -55,6 +59,8 @@ int folio_mapping_new(struct folio_mapping **out,
 	m->max_shift = ilog2_u64(max);
 	m->flags = opts->flags;
 	atomic_init(&m->size, opts->size);
+	m->id = atomic_fetch_add(&next_mapping_id, 1);
+	atomic_init(&m->remove_gen, 0);
 	atomic_fetch_add(&opts->engine->users, 1);
 	*out = m;
 	return 0;
@@ -199,20 +205,39 @@ static struct folio *create_folio(struct folio_mapping *m, uint64_t pos,
 	}
 }
 
-struct folio *mapping_get_folio(struct folio_mapping *m, uint64_t pos,
-				size_t len_hint, int *err)
+/* The last folio this thread found, and which mapping generation it
+ * belongs to. Only compared and used under the owner's io_lock. */
+static _Thread_local struct {
+	uint64_t id, gen;
+	struct folio *folio;
+} folio_hint;
+
+struct folio *mapping_find_folio(struct folio_mapping *m, uint64_t pos,
+				 size_t len_hint, int *err)
 {
-	struct folio *f = mapping_lookup(m, pos);
-	if (f)
+	uint64_t gen = atomic_load_explicit(&m->remove_gen,
+					    memory_order_relaxed);
+	struct folio *f = folio_hint.folio;
+	if (folio_hint.id == m->id && folio_hint.gen == gen && f &&
+	    pos - f->pos < ((uint64_t)1 << f->size_shift))
 		return f;
-	pthread_rwlock_wrlock(&m->index_lock);
-	/* Someone may have created it while we were unlocked. */
+
+	pthread_rwlock_rdlock(&m->index_lock);
 	f = index_lookup(&m->index, mapping_key(m, pos));
-	if (!f)
-		f = create_folio(m, pos, len_hint, err);
-	/* One reference for the index, one for the caller. */
-	folio_get(f);
 	pthread_rwlock_unlock(&m->index_lock);
+	if (!f) {
+		pthread_rwlock_wrlock(&m->index_lock);
+		/* Someone may have created it while we were unlocked. */
+		f = index_lookup(&m->index, mapping_key(m, pos));
+		if (!f)
+			f = create_folio(m, pos, len_hint, err);
+		pthread_rwlock_unlock(&m->index_lock);
+		if (!f)
+			return NULL;
+	}
+	folio_hint.id = m->id;
+	folio_hint.gen = gen;
+	folio_hint.folio = f;
 	return f;
 }
 
@@ -248,6 +273,7 @@ void mapping_tag_dirty(struct folio_mapping *m, struct folio *f)
 
 void mapping_remove_folio(struct folio_mapping *m, struct folio *f)
 {
+	atomic_fetch_add_explicit(&m->remove_gen, 1, memory_order_relaxed);
 	pthread_rwlock_wrlock(&m->index_lock);
 	index_remove(&m->index, mapping_key(m, f->pos), folio_order_in(m, f));
 	pthread_rwlock_unlock(&m->index_lock);

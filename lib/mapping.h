@@ -38,6 +38,12 @@ struct folio_mapping {
 
 	_Atomic uint64_t size; /* EOF */
 
+	/* Unique per mapping ever created, and bumped whenever a folio
+	 * leaves the index (always under io_lock exclusively): together they
+	 * tell whether a thread's cached folio pointer is still good. */
+	uint64_t id;
+	_Atomic uint64_t remove_gen;
+
 	/* Error sequence (writeback.c): the low bit says "seen", the rest
 	 * counts errors; the errno of the latest error is kept beside it. */
 	_Atomic uint64_t errseq;
@@ -88,13 +94,15 @@ void mapping_grow_eof(struct folio_mapping *m, uint64_t end);
 struct folio *mapping_lookup(struct folio_mapping *m, uint64_t pos);
 
 /*
- * The folio holding pos, created when absent: its size is the largest
- * power of two that fits `len_hint` bytes from the folio's start, the
- * position's alignment, the max folio size and the gap to neighbours.
- * Returns a referenced folio or NULL with *err set (-ENOMEM).
+ * The folio holding pos, created when absent (see create_folio() for its
+ * size). The caller holds io_lock (shared): folios leave the index only
+ * under the exclusive side, so the result needs no reference while the
+ * caller keeps io_lock, and repeated hits on one folio are served from a
+ * per-thread cache without touching the index. NULL with *err set
+ * (-ENOMEM) on failure.
  */
-struct folio *mapping_get_folio(struct folio_mapping *m, uint64_t pos,
-				size_t len_hint, int *err);
+struct folio *mapping_find_folio(struct folio_mapping *m, uint64_t pos,
+				 size_t len_hint, int *err);
 
 /*
  * Iteration: the next folio at or after *key (only folios carrying `tag`

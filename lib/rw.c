@@ -186,7 +186,7 @@ ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
 	pthread_rwlock_rdlock(&m->io_lock);
 	while (done < len) {
 		uint64_t p = pos + done;
-		struct folio *f = mapping_get_folio(m, p, len - done, &err);
+		struct folio *f = mapping_find_folio(m, p, len - done, &err);
 		if (!f)
 			break;
 		lock_for_write(m, f);
@@ -199,7 +199,6 @@ ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
 			done += n;
 		}
 		folio_unlock(f);
-		folio_put(f);
 		if (err)
 			break;
 	}
@@ -216,7 +215,7 @@ ssize_t folio_mapping_write_begin(struct folio_mapping *m, uint64_t pos,
 	if (err)
 		return err;
 	pthread_rwlock_rdlock(&m->io_lock);
-	struct folio *f = mapping_get_folio(m, pos, len, &err);
+	struct folio *f = folio_get(mapping_find_folio(m, pos, len, &err));
 	if (!f) {
 		pthread_rwlock_unlock(&m->io_lock);
 		return err;
@@ -328,8 +327,8 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 		 * missing blocks; contiguous runs merge across folios. */
 		for (size_t at = done; at < len && n < READ_BATCH;) {
 			uint64_t p = pos + at;
-			struct folio *f = mapping_get_folio(m, p, len - at,
-							    &err);
+			struct folio *f = mapping_find_folio(m, p, len - at,
+							     &err);
 			if (!f)
 				break;
 			folio_lock(f);
@@ -362,7 +361,6 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 					err = r ? r : -EIO;
 			}
 			folio_unlock(s->folio);
-			folio_put(s->folio);
 		}
 	}
 	pthread_rwlock_unlock(&m->io_lock);
