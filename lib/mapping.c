@@ -40,15 +40,19 @@ int folio_mapping_new(struct folio_mapping **out,
 	    opts->size > FOLIO_MAX_POS || (opts->flags & ~KNOWN_FLAGS))
 		return -EINVAL;
 
-	struct folio_mapping *m = calloc(1, sizeof(*m));
+	/* The io_lock stripes are cache-line aligned, so the mapping is. */
+	size_t bytes = (sizeof(struct folio_mapping) + BRLOCK_LINE - 1) &
+		       ~(size_t)(BRLOCK_LINE - 1);
+	struct folio_mapping *m = aligned_alloc(BRLOCK_LINE, bytes);
 	if (!m)
 		return -ENOMEM;
-	if (pthread_rwlock_init(&m->io_lock, NULL)) {
+	memset(m, 0, sizeof(*m));
+	if (brlock_init(&m->io_lock)) {
 		free(m);
 		return -ENOMEM;
 	}
 	if (pthread_rwlock_init(&m->index_lock, NULL)) {
-		pthread_rwlock_destroy(&m->io_lock);
+		brlock_destroy(&m->io_lock);
 		free(m);
 		return -ENOMEM;
 	}
@@ -92,9 +96,9 @@ int folio_mapping_free(struct folio_mapping *m)
 {
 	if (!m)
 		return 0;
-	pthread_rwlock_wrlock(&m->io_lock);
+	brlock_write_lock(&m->io_lock);
 	if (mapping_busy(m)) {
-		pthread_rwlock_unlock(&m->io_lock);
+		brlock_write_unlock(&m->io_lock);
 		return -EBUSY;
 	}
 	uint64_t key = 0;
@@ -106,8 +110,8 @@ int folio_mapping_free(struct folio_mapping *m)
 		folio_put(f);
 	}
 	index_destroy(&m->index);
-	pthread_rwlock_unlock(&m->io_lock);
-	pthread_rwlock_destroy(&m->io_lock);
+	brlock_write_unlock(&m->io_lock);
+	brlock_destroy(&m->io_lock);
 	pthread_rwlock_destroy(&m->index_lock);
 	atomic_fetch_sub(&m->engine->users, 1);
 	free(m);
@@ -324,8 +328,10 @@ int folio_mapping_stats(struct folio_mapping *m,
 	memset(&s, 0, sizeof(s));
 	s.sz = st->sz;
 #define LOAD(field) s.field = atomic_load(&m->stats.field)
-	LOAD(bytes_written);
-	LOAD(bytes_read);
+	for (unsigned i = 0; i < BRLOCK_STRIPES; i++) {
+		s.bytes_written += atomic_load(&m->io_bytes[i].written);
+		s.bytes_read += atomic_load(&m->io_bytes[i].read);
+	}
 	LOAD(read_requests);
 	LOAD(read_bytes);
 	LOAD(wb_requests);

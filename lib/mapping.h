@@ -6,7 +6,7 @@
  * engine requests) and writeback.c.
  *
  * Lock order, outermost first:
- *   io_lock (rwlock: shared for read/write/writeback, exclusive for
+ *   io_lock (brlock: shared for read/write/writeback, exclusive for
  *            truncate and invalidate, which change which folios exist
  *            beyond what a reader or writer could observe mid-call)
  *   folio LOCKED bits, in ascending position order
@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "brlock.h"
 #include "index.h"
 #include "internal.h"
 
@@ -32,7 +33,7 @@ struct folio_mapping {
 	unsigned max_shift;
 	unsigned flags;
 
-	pthread_rwlock_t io_lock;
+	struct brlock io_lock;
 	pthread_rwlock_t index_lock;
 	struct fs_index index;
 
@@ -57,8 +58,15 @@ struct folio_mapping {
 	 * while this moves, so a short completion never ends a sync. */
 	_Atomic uint64_t short_writes;
 
+	/* Bytes the callers wrote and read, counted on every call: striped
+	 * per thread like io_lock, so threads on disjoint folios do not
+	 * share a written cache line. */
 	struct {
-		_Atomic uint64_t bytes_written, bytes_read;
+		_Alignas(BRLOCK_LINE) _Atomic uint64_t written;
+		_Atomic uint64_t read;
+	} io_bytes[BRLOCK_STRIPES];
+
+	struct {
 		_Atomic uint64_t read_requests, read_bytes;
 		_Atomic uint64_t wb_requests, wb_bytes, wb_merges;
 		_Atomic uint64_t map_calls, retries, errors, flushes;
@@ -147,7 +155,8 @@ struct mapping_io {
 	struct mapping_io *next; /* the builder's list of submitted requests */
 	ssize_t result;
 	unsigned nsegs;
-	unsigned max_segs;
+	unsigned cap;      /* room in iov[] and segs[] */
+	unsigned max_segs; /* the builder's limit */
 	struct rq_seg *segs;
 	struct iovec iov[];
 };

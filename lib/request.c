@@ -63,11 +63,16 @@ void mapping_io_free(struct mapping_io *io)
 	free(io);
 }
 
-static struct mapping_io *io_alloc(struct rq_builder *b)
+/* Segments a new request has room for; most requests (a random 4 KiB
+ * overwrite, a read of one run) need one, and the array doubles up to the
+ * builder's limit for those that merge many runs. */
+#define IO_INITIAL_SEGS 4u
+
+static struct mapping_io *io_alloc(struct rq_builder *b, unsigned cap)
 {
-	unsigned n = b->max_segs;
-	struct mapping_io *io = malloc(sizeof(*io) + n * sizeof(struct iovec) +
-				       n * sizeof(struct rq_seg));
+	struct mapping_io *io = malloc(sizeof(*io) +
+				       cap * sizeof(struct iovec) +
+				       cap * sizeof(struct rq_seg));
 	if (!io)
 		return NULL;
 	memset(io, 0, sizeof(*io));
@@ -76,9 +81,31 @@ static struct mapping_io *io_alloc(struct rq_builder *b)
 	io->base.io.iov = io->iov;
 	io->m = b->m;
 	io->group = b->group;
-	io->max_segs = n;
-	io->segs = (struct rq_seg *)(void *)(io->iov + n);
+	io->max_segs = b->max_segs;
+	io->cap = cap;
+	io->segs = (struct rq_seg *)(void *)(io->iov + cap);
 	return io;
+}
+
+/* Double the segment room of the request being built (not yet
+ * submitted, so nothing else points at it). */
+static int io_grow(struct rq_builder *b)
+{
+	struct mapping_io *old = b->cur;
+	unsigned cap = MIN(old->cap * 2, old->max_segs);
+	struct mapping_io *io = io_alloc(b, cap);
+	if (!io)
+		return -ENOMEM;
+	struct rq_seg *segs = io->segs;
+	*io = *old;
+	io->cap = cap;
+	io->base.io.iov = io->iov;
+	io->segs = segs;
+	memcpy(io->iov, old->iov, old->nsegs * sizeof(struct iovec));
+	memcpy(io->segs, old->segs, old->nsegs * sizeof(struct rq_seg));
+	free(old);
+	b->cur = io;
+	return 0;
 }
 
 void rqb_submit(struct rq_builder *b)
@@ -136,10 +163,13 @@ static int add_piece(struct rq_builder *b, struct folio *f, size_t off,
 {
 	uint64_t pos = f->pos + off;
 	if (b->cur && continues(b, pos, dev, flags, len)) {
+		if (b->cur->nsegs == b->cur->cap && io_grow(b))
+			return -ENOMEM;
 		stat_add(&b->m->stats.wb_merges, b->op == FOLIO_IO_WRITE);
 	} else {
 		rqb_submit(b);
-		struct mapping_io *io = io_alloc(b);
+		struct mapping_io *io =
+			io_alloc(b, MIN(IO_INITIAL_SEGS, b->max_segs));
 		if (!io)
 			return -ENOMEM;
 		io->base.io.pos = pos;

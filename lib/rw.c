@@ -167,7 +167,7 @@ static void commit_write(struct folio_mapping *m, struct folio *f, size_t off,
 	if (r > 0 && (r & FOLIO_BECAME_DIRTY))
 		mapping_tag_dirty(m, f);
 	mapping_grow_eof(m, f->pos + off + len);
-	stat_add(&m->stats.bytes_written, len);
+	stat_add(&m->io_bytes[thread_stripe()].written, len);
 }
 
 ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
@@ -183,7 +183,7 @@ ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
 
 	const unsigned char *src = buf;
 	size_t done = 0;
-	pthread_rwlock_rdlock(&m->io_lock);
+	brlock_read_lock(&m->io_lock);
 	while (done < len) {
 		uint64_t p = pos + done;
 		struct folio *f = mapping_find_folio(m, p, len - done, &err);
@@ -202,7 +202,7 @@ ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
 		if (err)
 			break;
 	}
-	pthread_rwlock_unlock(&m->io_lock);
+	brlock_read_unlock(&m->io_lock);
 	return done ? (ssize_t)done : err;
 }
 
@@ -214,17 +214,17 @@ ssize_t folio_mapping_write_begin(struct folio_mapping *m, uint64_t pos,
 	int err = check_io_args(m, folio, len, pos);
 	if (err)
 		return err;
-	pthread_rwlock_rdlock(&m->io_lock);
+	brlock_read_lock(&m->io_lock);
 	struct folio *f = folio_get(mapping_find_folio(m, pos, len, &err));
 	if (!f) {
-		pthread_rwlock_unlock(&m->io_lock);
+		brlock_read_unlock(&m->io_lock);
 		return err;
 	}
 	lock_for_write(m, f);
 	/* Truncate takes io_lock exclusively and then each folio's lock, so
 	 * holding only the folio lock from here to write_end is enough to
 	 * keep the folio in the mapping. */
-	pthread_rwlock_unlock(&m->io_lock);
+	brlock_read_unlock(&m->io_lock);
 	size_t off = (size_t)(pos - f->pos);
 	size_t n = MIN(len, folio_size(f) - off);
 	if (n > SSIZE_MAX)
@@ -307,7 +307,7 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 
 	unsigned char *dst = buf;
 	size_t done = 0;
-	pthread_rwlock_rdlock(&m->io_lock);
+	brlock_read_lock(&m->io_lock);
 	uint64_t eof = mapping_eof(m);
 	if (pos >= eof)
 		len = 0;
@@ -363,7 +363,7 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 			folio_unlock(s->folio);
 		}
 	}
-	pthread_rwlock_unlock(&m->io_lock);
-	stat_add(&m->stats.bytes_read, done);
+	brlock_read_unlock(&m->io_lock);
+	stat_add(&m->io_bytes[thread_stripe()].read, done);
 	return done ? (ssize_t)done : err;
 }

@@ -38,7 +38,7 @@ int folio_mapping_truncate(struct folio_mapping *m, uint64_t size)
 		return -EINVAL;
 	if (size > FOLIO_MAX_POS)
 		return -EFBIG;
-	pthread_rwlock_wrlock(&m->io_lock);
+	brlock_write_lock(&m->io_lock);
 	uint64_t old = mapping_eof(m);
 	if (size < old)
 		shrink_cache(m, size);
@@ -53,7 +53,7 @@ int folio_mapping_truncate(struct folio_mapping *m, uint64_t size)
 		if (r > 0)
 			r = -EIO;
 	}
-	pthread_rwlock_unlock(&m->io_lock);
+	brlock_write_unlock(&m->io_lock);
 	return r;
 }
 
@@ -69,7 +69,7 @@ int folio_mapping_invalidate(struct folio_mapping *m, uint64_t pos,
 	bool discard = flags & FOLIO_INVALIDATE_DISCARD;
 	bool kept_dirty = false;
 
-	pthread_rwlock_wrlock(&m->io_lock);
+	brlock_write_lock(&m->io_lock);
 	uint64_t key = mapping_key(m, pos);
 	uint64_t last = mapping_key(m, end - 1);
 	struct folio *f;
@@ -91,6 +91,6 @@ int folio_mapping_invalidate(struct folio_mapping *m, uint64_t pos,
 		folio_unlock(f);
 		folio_put(f);
 	}
-	pthread_rwlock_unlock(&m->io_lock);
+	brlock_write_unlock(&m->io_lock);
 	return kept_dirty && !discard ? -EBUSY : 0;
 }

@@ -229,7 +229,7 @@ static int64_t writeback_pass(struct folio_mapping *m,
 	b.max_bytes = p->max_request;
 	b.max_segs = p->max_segments;
 
-	pthread_rwlock_rdlock(&m->io_lock);
+	brlock_read_lock(&m->io_lock);
 	uint64_t eof = mapping_eof(m);
 	uint64_t end = MIN(p->end, eof);
 	uint64_t queued = 0;
@@ -271,7 +271,7 @@ static int64_t writeback_pass(struct folio_mapping *m,
 		}
 	}
 	rqb_finish(&b);
-	pthread_rwlock_unlock(&m->io_lock);
+	brlock_read_unlock(&m->io_lock);
 	if (p->wait_busy)
 		mapping_wait_inflight(m);
 	return (int64_t)queued;

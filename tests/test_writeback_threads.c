@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Writers, readers, a writeback thread and a syncing thread on one mapping
- * at once, over a mem engine that completes requests from its own thread
+ * Writers, readers, a writeback thread, a syncing thread and a truncating
+ * thread on one mapping at once, over a mem engine that completes requests from its own thread
  * in random order. Each writer owns a region (edges sharing folios with
  * its neighbours) and keeps its model; after the threads stop and a final
  * sync returns 0, the backing store equals the union of the models.
@@ -120,6 +120,32 @@ static void *sync_main(void *arg)
 	return NULL;
 }
 
+/* Truncates above the writers' regions only (so their models stay exact),
+ * growing and shrinking: every truncate excludes the readers and writers
+ * for a moment and waits for writeback of the folios it cuts. */
+static void *truncate_main(void *arg)
+{
+	struct shared *sh = arg;
+	uint64_t rng = sh->seed ^ 0x7777;
+	uint64_t base = (uint64_t)WRITERS * REGION;
+	unsigned char buf[4096];
+	memset(buf, 0x99, sizeof(buf));
+	while (!atomic_load(&sh->stop)) {
+		uint64_t at = base + test_rand_below(&rng, 1 << 20);
+		if (folio_mapping_write(sh->map, buf, sizeof(buf), at) !=
+			    (ssize_t)sizeof(buf) ||
+		    folio_mapping_truncate(sh->map,
+					   base + test_rand_below(&rng, 2 << 20)))
+			atomic_fetch_add(&sh->failures, 1);
+		struct timespec ts = {0, 500000};
+		nanosleep(&ts, NULL);
+	}
+	/* Leave the object ending exactly at the regions. */
+	if (folio_mapping_truncate(sh->map, base))
+		atomic_fetch_add(&sh->failures, 1);
+	return NULL;
+}
+
 static void run(unsigned flags, enum folio_mem_mode mode)
 {
 	struct shared sh = {0};
@@ -138,7 +164,7 @@ static void run(unsigned flags, enum folio_mem_mode mode)
 			 0);
 
 	struct writer wr[WRITERS];
-	pthread_t tw[WRITERS], twb, tsync;
+	pthread_t tw[WRITERS], twb, tsync, ttrunc;
 	for (int i = 0; i < WRITERS; i++) {
 		wr[i] = (struct writer){&sh, i, calloc(1, REGION)};
 		assert_int_equal(pthread_create(&tw[i], NULL, writer_main,
@@ -147,6 +173,7 @@ static void run(unsigned flags, enum folio_mem_mode mode)
 	}
 	assert_int_equal(pthread_create(&twb, NULL, writeback_main, &sh), 0);
 	assert_int_equal(pthread_create(&tsync, NULL, sync_main, &sh), 0);
+	assert_int_equal(pthread_create(&ttrunc, NULL, truncate_main, &sh), 0);
 
 	unsigned ms = test_iters(2000, 300);
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
@@ -156,12 +183,16 @@ static void run(unsigned flags, enum folio_mem_mode mode)
 		pthread_join(tw[i], NULL);
 	pthread_join(twb, NULL);
 	pthread_join(tsync, NULL);
+	pthread_join(ttrunc, NULL);
 	printf("# %llu writeback passes, %llu syncs\n",
 	       (unsigned long long)atomic_load(&sh.passes),
 	       (unsigned long long)atomic_load(&sh.syncs));
 	assert_int_equal(atomic_load(&sh.failures), 0);
 
 	assert_int_equal(folio_mapping_sync(sh.map, NULL), 0);
+	struct folio_mem_stats mst = {.sz = sizeof(mst)};
+	assert_int_equal(folio_engine_mem_stats(sh.engine, &mst), 0);
+	assert_int_equal(mst.size, (uint64_t)WRITERS * REGION);
 	unsigned char *got = malloc(REGION);
 	for (int i = 0; i < WRITERS; i++) {
 		assert_int_equal(folio_engine_mem_peek(sh.engine, got, REGION,
