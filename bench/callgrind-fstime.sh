@@ -42,7 +42,7 @@ printf '%-8s %14s %12s\n' variant Ir instr/write
 for v in lib pwrite memcpy; do
 	out=$tmp/callgrind.$v
 	valgrind --tool=callgrind --callgrind-out-file="$out" \
-		--toggle-collect="fstime_loop_$v" \
+		--toggle-collect="fstime_loop_$v*" \
 		"$bin" fstime --only "$v" --iters "$iters" "$@" \
 		>"$tmp/stdout.$v" 2>"$tmp/stderr.$v" || {
 		echo "callgrind-fstime.sh: $v run failed:" >&2

@@ -7,7 +7,9 @@
 # build/). DATADIR: where the JSON files go (default doc/plots/data).
 # Environment: RUNTIME (s per variant, default 2), SIZE (file, default 64M),
 # JOBS (default 4), MODEL (device model for the modelled set, default
-# bw=200M,lat=50), DIR (temporary files, default /var/tmp).
+# bw=200M,lat=50), DIR (temporary files, default /var/tmp), BEFORE_EACH
+# (a command run before each benchmark, e.g. one that waits until the
+# machine is idle; default none).
 # Takes about 2 * 6 * 2 * RUNTIME s for randwrite-sync plus ~30 s.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,6 +31,7 @@ dir=${DIR:-/var/tmp}
 
 run() { # file, then folio-bench arguments
 	local file=$1; shift
+	${BEFORE_EACH:-true}
 	echo "folio-bench $* > $file" >&2
 	"$bin" "$@" --json >"$out/$file.tmp"
 	mv "$out/$file.tmp" "$out/$file"

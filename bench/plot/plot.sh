@@ -83,6 +83,11 @@ if os.path.exists(fpath):
                                              v[name]["ns_per_write"]))
     fstime_title = "%d B writes over a %d KiB region, cache hot" % (
         w["params"]["bs"], w["params"]["size"] // 1024)
+    if all(k in v for k in ("lib", "kernel page cache", "memcpy")):
+        lib = v["lib"]["writes_per_s"]
+        fstime_title += "\\nlibrary = %.2fx kernel, %.2fx memcpy" % (
+            lib / v["kernel page cache"]["writes_per_s"],
+            lib / v["memcpy"]["writes_per_s"])
 
 # (c) seqwrite lines.
 seq_title = ""

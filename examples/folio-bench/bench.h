@@ -28,8 +28,8 @@ struct bench_cmd {
 	struct bench_cmd *next;
 
 	/* Newer style: c->o holds the parsed options; report through
-	 * bench_row()/bench_variant(). Returns 0, or 1 after printing why
-	 * it failed. */
+	 * bench_row()/bench_variant(). Returns 0, 1 after printing why it
+	 * failed, or 2 after printing why the options do not fit. */
 	int (*exec)(struct bench_ctx *c);
 	const char *help;          /* what it measures, for WORKLOAD --help */
 	struct bench_opts defaults;

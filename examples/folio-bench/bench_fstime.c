@@ -281,7 +281,7 @@ static int run(struct bench_ctx *c)
 	const char *kdir = (o->given & BOPT_DIR) ? o->dir : "/dev/shm";
 	if (o->bs > o->size) {
 		fprintf(stderr, "folio-bench fstime: --bs exceeds --size\n");
-		return 1;
+		return 2;
 	}
 	char s1[32], s2[32], s3[32];
 	bench_title(c, "%s writes sequentially over a %s region, wrapping, "

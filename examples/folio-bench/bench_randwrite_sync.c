@@ -261,7 +261,7 @@ static int run(struct bench_ctx *c)
 	if (o->bs > o->size) {
 		fprintf(stderr, "folio-bench randwrite-sync: --bs exceeds "
 				"--size\n");
-		return 1;
+		return 2;
 	}
 	char s1[32], s2[32], s3[32], s4[32];
 	bench_title(c, "%s random overwrites + sync, %u jobs on one mapping, "

@@ -11,7 +11,7 @@
 
 #include "bench.h"
 
-/* ---- sizes and names --------------------------------------------------- */
+/* ---- sizes and names ---------------------------------------------------- */
 
 int bench_parse_size(const char *s, uint64_t *out)
 {
@@ -69,7 +69,7 @@ const char *bench_engine_name(enum bench_engine_kind k)
 	return "?";
 }
 
-/* ---- time -------------------------------------------------------------- */
+/* ---- time --------------------------------------------------------------- */
 
 uint64_t bench_now_ns(void)
 {
@@ -87,7 +87,7 @@ void bench_sleep_until(uint64_t t)
 		;
 }
 
-/* ---- latencies --------------------------------------------------------- */
+/* ---- latencies ---------------------------------------------------------- */
 
 void bench_lat_push(struct bench_lat *l, uint64_t ns)
 {
@@ -148,7 +148,7 @@ double bench_median(double *v, size_t n)
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* ---- files and engines ------------------------------------------------- */
+/* ---- files and engines -------------------------------------------------- */
 
 int bench_tmpfile(const char *dir)
 {
@@ -256,7 +256,7 @@ void bench_engine_close(struct bench_engine *be)
 	memset(be, 0, sizeof(*be));
 }
 
-/* ---- threads ----------------------------------------------------------- */
+/* ---- threads ------------------------------------------------------------ */
 
 double bench_run_threads(const char *what, unsigned n, void *(*fn)(void *),
 			 void *arg, size_t arg_size, double seconds,
@@ -297,7 +297,7 @@ double bench_run_threads(const char *what, unsigned n, void *(*fn)(void *),
 	return elapsed;
 }
 
-/* ---- progress ------------------------------------------------------------ */
+/* ---- progress ----------------------------------------------------------- */
 
 static int progress_tty = -1;
 static bool progress_shown;
@@ -331,7 +331,7 @@ void bench_progress_done(void)
 	}
 }
 
-/* ---- results ------------------------------------------------------------- */
+/* ---- results ------------------------------------------------------------ */
 
 static void copy_str(char *dst, size_t len, const char *src)
 {
@@ -422,6 +422,40 @@ void bench_row(struct bench_ctx *c, const struct bench_row *r)
 	row->flags = r->flags;
 }
 
+/* Sum of the cpu line of /proc/stat: busy and total ticks. */
+static int cpu_ticks(uint64_t *busy, uint64_t *total)
+{
+	FILE *f = fopen("/proc/stat", "r");
+	if (!f)
+		return -1;
+	unsigned long long v[10] = {0};
+	int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu %llu "
+			  "%llu",
+		       &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7],
+		       &v[8], &v[9]);
+	fclose(f);
+	if (n < 5)
+		return -1;
+	*total = 0;
+	for (int i = 0; i < 8; i++) /* guest time is already in user */
+		*total += v[i];
+	*busy = *total - v[3] - v[4]; /* minus idle and iowait */
+	return 0;
+}
+
+/* Share of all CPUs busy over the next 200 ms (this program is idle
+ * then, so it is everybody else), or -1 when /proc/stat is unreadable. */
+static double cpu_busy_fraction(void)
+{
+	uint64_t b0, t0, b1, t1;
+	if (cpu_ticks(&b0, &t0))
+		return -1;
+	bench_sleep_until(bench_now_ns() + 200000000u);
+	if (cpu_ticks(&b1, &t1) || t1 <= t0)
+		return -1;
+	return (double)(b1 - b0) / (double)(t1 - t0);
+}
+
 void bench_params_common(struct bench_ctx *c)
 {
 	const struct bench_opts *o = &c->o;
@@ -446,17 +480,19 @@ void bench_params_common(struct bench_ctx *c)
 	if (uses & BOPT_DIR)
 		bench_param_str(c, "dir", o->dir);
 	/* Other processes competing for the CPUs skew every figure: say so
-	 * next to the figures rather than let them pass for the machine's. */
-	double load;
+	 * next to the figures rather than let them pass for the machine's.
+	 * (The load average would also count this program's own threads of
+	 * the workload before, and tasks sleeping in fdatasync.) */
+	double busy = cpu_busy_fraction();
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	if (getloadavg(&load, 1) == 1) {
-		bench_param_num(c, "loadavg_1min", load);
-		bench_param_num(c, "cpus", (double)cpus);
-		if (load >= 0.75 * (double)cpus)
-			bench_note(c, "the machine was busy before this run "
-				      "(load average %.1f on %ld CPUs): "
-				      "figures may be noisy",
-				   load, cpus);
+	bench_param_num(c, "cpus", (double)cpus);
+	if (busy >= 0) {
+		bench_param_num(c, "cpu_busy_before", busy);
+		if (busy >= 0.25)
+			bench_note(c, "other processes kept %.0f%% of the %ld "
+				      "CPUs busy just before this run: figures "
+				      "may be noisy",
+				   busy * 100, cpus);
 	}
 }
 
@@ -490,7 +526,7 @@ void bench_devmodel_stats(struct bench_variant *v, struct devmodel *d)
 	bench_num(v, "device_busy_s", (double)st.busy_ns / 1e9);
 }
 
-/* ---- option parsing ------------------------------------------------------ */
+/* ---- option parsing ----------------------------------------------------- */
 
 struct common_opt {
 	const char *name;
@@ -939,7 +975,7 @@ void bench_print_options(FILE *f, const struct bench_cmd *cmd)
 	fprintf(f, "Sizes take K, M, G suffixes (powers of 1024).\n");
 }
 
-/* ---- text output ----------------------------------------------------------- */
+/* ---- text output -------------------------------------------------------- */
 
 /* Enough digits to read, never an exponent. */
 static const char *fmt_num(char *buf, size_t len, double v)
@@ -1086,7 +1122,7 @@ void bench_print_combined(FILE *f, struct bench_ctx *const *cs, unsigned n)
 	free(rows);
 }
 
-/* ---- JSON output ------------------------------------------------------------ */
+/* ---- JSON output -------------------------------------------------------- */
 
 static void json_str(FILE *f, const char *s)
 {

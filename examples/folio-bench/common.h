@@ -22,7 +22,13 @@
 #define MIB (UINT64_C(1) << 20)
 #define GIB (UINT64_C(1) << 30)
 
-#if defined(__GNUC__) || defined(__clang__)
+/* BENCH_NOINLINE keeps a measured loop a function of its own, under its
+ * own name, for callgrind --toggle-collect: gcc's noipa also stops clones
+ * (foo.isra.0) and identical-code folding; clang has no noipa. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define BENCH_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define BENCH_NOINLINE __attribute__((noipa))
+#elif defined(__clang__)
 #define BENCH_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #define BENCH_NOINLINE __attribute__((noinline))
 #else
@@ -33,7 +39,7 @@
 struct bench_ctx;
 struct bench_cmd;
 
-/* ---- options --------------------------------------------------------- */
+/* ---- options ------------------------------------------------------------ */
 
 enum bench_engine_kind {
 	BENCH_ENGINE_POSIX,
@@ -117,14 +123,14 @@ const char *bench_engine_name(enum bench_engine_kind k);
 /* "4K", "64K", "2M", "1.5G", or plain bytes. */
 const char *bench_fmt_size(char *buf, size_t len, uint64_t v);
 
-/* ---- time ------------------------------------------------------------ */
+/* ---- time --------------------------------------------------------------- */
 
 /* Monotonic time in nanoseconds. */
 uint64_t bench_now_ns(void);
 /* Sleep until bench_now_ns() >= t. */
 void bench_sleep_until(uint64_t t);
 
-/* ---- latencies --------------------------------------------------------- */
+/* ---- latencies ---------------------------------------------------------- */
 
 struct bench_lat {
 	uint64_t *v;
@@ -153,7 +159,7 @@ static inline uint64_t bench_rand(uint64_t *s)
 
 double bench_median(double *v, size_t n); /* sorts v */
 
-/* ---- files and engines ------------------------------------------------- */
+/* ---- files and engines -------------------------------------------------- */
 
 /* A temporary file in `dir`, already unlinked so no run (even a killed
  * one) leaves it behind. Returns an fd or -1 after printing why. */
@@ -181,7 +187,7 @@ int bench_engine_open(struct bench_ctx *c, struct bench_engine *be,
 		      enum bench_engine_kind kind, int fd, uint64_t capacity);
 void bench_engine_close(struct bench_engine *be);
 
-/* ---- the device model (devmodel.c) ------------------------------------- */
+/* ---- the device model (devmodel.c) -------------------------------------- */
 
 /*
  * A device that serves one request at a time in arrival order: each write
@@ -205,7 +211,7 @@ void devmodel_stats(struct devmodel *d, struct devmodel_stats *st);
 /* "bw=200M,lat=50" -> params. 0 / -EINVAL. */
 int devmodel_parse(const char *s, struct bench_devmodel_params *p);
 
-/* ---- threads ---------------------------------------------------------- */
+/* ---- threads ------------------------------------------------------------ */
 
 /*
  * Start n threads running fn(arg + i * arg_size), let them run for
@@ -217,7 +223,7 @@ double bench_run_threads(const char *what, unsigned n, void *(*fn)(void *),
 			 void *arg, size_t arg_size, double seconds,
 			 atomic_bool *stop);
 
-/* ---- results ----------------------------------------------------------- */
+/* ---- results ------------------------------------------------------------ */
 
 #define BENCH_MAX_KV 40
 #define BENCH_MAX_VARIANTS 16

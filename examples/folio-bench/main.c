@@ -159,7 +159,9 @@ static int one_workload(struct bench_cmd *c, int argc, char **argv)
 		rc = 0;
 	} else if (!rc) {
 		bench_params_common(ctx);
-		rc = c->exec(ctx) ? 1 : 0;
+		rc = c->exec(ctx);
+		if (rc != 0 && rc != 2)
+			rc = 1;
 		if (!rc && ctx->o.json)
 			bench_print_json(stdout, &ctx, 1, false);
 		else if (!rc)
