@@ -4,8 +4,9 @@
 
 #include "brlock.h"
 #include "futex.h"
+#include "internal.h"
 
-static _Thread_local unsigned my_stripe = UINT_MAX;
+static _Thread_local unsigned my_stripe TLS_FAST = UINT_MAX;
 static atomic_uint next_stripe;
 
 unsigned thread_stripe(void)

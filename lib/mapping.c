@@ -214,7 +214,7 @@ static struct folio *create_folio(struct folio_mapping *m, uint64_t pos,
 static _Thread_local struct {
 	uint64_t id, gen;
 	struct folio *folio;
-} folio_hint;
+} folio_hint TLS_FAST;
 
 struct folio *mapping_find_folio(struct folio_mapping *m, uint64_t pos,
 				 size_t len_hint, int *err)
