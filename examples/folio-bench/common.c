@@ -938,8 +938,11 @@ void bench_print_options(FILE *f, const struct bench_cmd *cmd)
 		buf[0] = 0;
 		switch (x->type) {
 		case BENCH_X_UINT:
-			snprintf(buf, 64, "%llu",
-				 (unsigned long long)*(uint64_t *)x->var);
+			/* 0 means "not set" for these: nothing to show. */
+			if (*(uint64_t *)x->var)
+				snprintf(buf, 64, "%llu",
+					 (unsigned long long)*(uint64_t *)x
+						 ->var);
 			break;
 		case BENCH_X_SIZE:
 			bench_fmt_size(buf, 64, *(uint64_t *)x->var);
