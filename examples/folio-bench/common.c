@@ -937,13 +937,13 @@ void bench_print_options(FILE *f, const struct bench_cmd *cmd)
 	     x++) {
 		buf[0] = 0;
 		switch (x->type) {
-		case BENCH_X_UINT:
+		case BENCH_X_UINT: {
 			/* 0 means "not set" for these: nothing to show. */
-			if (*(uint64_t *)x->var)
-				snprintf(buf, 64, "%llu",
-					 (unsigned long long)*(uint64_t *)x
-						 ->var);
+			unsigned long long v = *(uint64_t *)x->var;
+			if (v)
+				snprintf(buf, 64, "%llu", v);
 			break;
+		}
 		case BENCH_X_SIZE:
 			bench_fmt_size(buf, 64, *(uint64_t *)x->var);
 			break;
