@@ -832,11 +832,13 @@ FOLIO_EXPORT int folio_mapping_stats(struct folio_mapping *m,
 /* ---- writeback and sync ---------------------------------------------- */
 
 /* struct folio_writeback_opts.flags */
-#define FOLIO_WB_WAIT 0x1u /* wait for folios already under writeback and
-			    * write them too, then wait for every request of
-			    * this pass to complete (data-integrity mode);
-			    * without it busy folios are skipped and the call
-			    * returns once its requests are submitted */
+#define FOLIO_WB_WAIT 0x1u /* data-integrity mode: wait for dirty folios
+			    * already under writeback and write them too,
+			    * then wait for this pass's requests and for
+			    * writes other passes had in flight in the
+			    * range; without it busy folios are skipped and
+			    * the call returns once its requests are
+			    * submitted */
 
 struct folio_writeback_opts {
 	size_t sz;

@@ -303,11 +303,6 @@ void mapping_wait_writeback(struct folio_mapping *m, struct folio *f)
 	}
 }
 
-void mapping_wait_inflight(struct folio_mapping *m)
-{
-	engine_wait_zero(m->engine, &m->wb_inflight);
-}
-
 void mapping_zero_past_eof(struct folio_mapping *m, struct folio *f,
 			   size_t off, size_t len, uint64_t eof)
 {

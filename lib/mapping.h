@@ -52,7 +52,7 @@ struct folio_mapping {
 
 	folio_errseq_t own_cursor; /* for folio_mapping_sync(m, NULL) */
 
-	/* Write requests in flight, for sync and free. */
+	/* Write requests in flight: free refuses while there are any. */
 	atomic_uint wb_inflight;
 	/* Short writes whose rest was put back dirty: sync repeats its pass
 	 * while this moves, so a short completion never ends a sync. */
@@ -135,9 +135,6 @@ void mapping_wait_writeback(struct folio_mapping *m, struct folio *f);
 /* Zero the bytes of [off, off+len) of f that lie at or past EOF. */
 void mapping_zero_past_eof(struct folio_mapping *m, struct folio *f,
 			   size_t off, size_t len, uint64_t eof);
-
-/* Wait until no write request of the mapping is in flight. */
-void mapping_wait_inflight(struct folio_mapping *m);
 
 /* ---- requests (request.c) ------------------------------------------ */
 

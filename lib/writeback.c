@@ -96,9 +96,13 @@ static void wb_end_io(struct fs_io *rq, ssize_t result)
 		errseq_record(m, err);
 	else if (good < len)
 		atomic_fetch_add(&m->short_writes, 1);
+	/* The pass waiting for this request may return (and its group go
+	 * away) as soon as the group drops: touch nothing after that. */
+	struct io_group *group = io->group;
 	mapping_io_free(io);
-	if (atomic_fetch_sub(&m->wb_inflight, 1) == 1)
-		futex_wake_all(&m->wb_inflight);
+	atomic_fetch_sub(&m->wb_inflight, 1);
+	if (group)
+		io_group_done(group, err);
 }
 
 struct wb_params {
@@ -221,11 +225,37 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
 	return queued;
 }
 
+/*
+ * Sleep until every folio in [start, end) that is under writeback now has
+ * finished it. Data-integrity passes use this for the writes other threads
+ * started before them (a folio whose runs another pass took is no longer
+ * dirty, so the pass itself never visits it), without waiting for writes
+ * started later, as waiting for all of the mapping's I/O would under a
+ * stream of syncs from other threads.
+ */
+static void wait_range_writeback(struct folio_mapping *m, uint64_t start,
+				 uint64_t end)
+{
+	if (start >= end)
+		return;
+	uint64_t key = mapping_key(m, start);
+	uint64_t last = mapping_key(m, end - 1);
+	struct folio *f;
+	while ((f = mapping_next_folio(m, &key, last, INDEX_TAG_WRITEBACK))) {
+		mapping_wait_writeback(m, f);
+		folio_put(f);
+	}
+}
+
 static int64_t writeback_pass(struct folio_mapping *m,
 			      const struct wb_params *p)
 {
+	/* A data-integrity pass waits for its own requests only. */
+	struct io_group own;
+	io_group_init(&own);
 	struct rq_builder b;
-	rqb_init(&b, m, FOLIO_IO_WRITE, NULL, wb_end_io);
+	rqb_init(&b, m, FOLIO_IO_WRITE, p->wait_busy ? &own : NULL,
+		 wb_end_io);
 	b.max_bytes = p->max_request;
 	b.max_segs = p->max_segments;
 
@@ -272,8 +302,10 @@ static int64_t writeback_pass(struct folio_mapping *m,
 	}
 	rqb_finish(&b);
 	brlock_read_unlock(&m->io_lock);
-	if (p->wait_busy)
-		mapping_wait_inflight(m);
+	if (p->wait_busy) {
+		io_group_wait(&own, m->engine);
+		wait_range_writeback(m, p->start, p->end);
+	}
 	return (int64_t)queued;
 }
 
