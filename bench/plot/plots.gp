@@ -68,11 +68,14 @@ unset xlabel
 set key off
 set xtics nomirror
 set format y '%g'
+# Headroom above the tallest bar so its label stays clear of the title.
+set offsets 0, 0, graph 0.12, 0
 plot tmp.'/fstime.dat' using ($2/1e6):xtic(1) lc rgb '#1f77b4', \
      '' using 0:($2/1e6):(sprintf('%.2f M/s, %.0f ns', $2/1e6, $4)) \
        with labels offset 0,1 notitle
 
 # (c) sequential writes against max folio size
+set offsets 0, 0, 0, 0
 set output out.'/seqwrite.png'
 set style data linespoints
 set title "Sequential writes: ".seq_title
