@@ -83,28 +83,9 @@ static int setup_large(void **state)
 static int teardown(void **state)
 {
 	struct fixture *fx = *state;
-	if (fx->map) {
-		folio_mapping_invalidate(fx->map, 0, 0,
-					 FOLIO_INVALIDATE_DISCARD);
-		assert_int_equal(folio_mapping_free(fx->map), 0);
-	}
-	assert_int_equal(folio_engine_free(fx->engine), 0);
+	test_close(fx->map, fx->engine);
 	free(fx);
 	return 0;
-}
-
-static struct folio_mapping_stats stats_of(struct folio_mapping *m)
-{
-	struct folio_mapping_stats st = {.sz = sizeof(st)};
-	assert_int_equal(folio_mapping_stats(m, &st), 0);
-	return st;
-}
-
-static struct folio_mem_stats mem_stats(struct folio_engine *e)
-{
-	struct folio_mem_stats st = {.sz = sizeof(st)};
-	assert_int_equal(folio_engine_mem_stats(e, &st), 0);
-	return st;
 }
 
 static void test_new_bad_input(void **state)
@@ -185,7 +166,7 @@ static void test_io_bad_input(void **state)
 	assert_int_equal(folio_mapping_stats(m, NULL), -EINVAL);
 	/* Nothing above changed the mapping. */
 	assert_int_equal(folio_mapping_size(m), (int64_t)MIB);
-	st = stats_of(m);
+	st = test_mapping_stats(m);
 	assert_int_equal(st.folios, 0);
 	assert_int_equal(st.bytes_written, 0);
 }
@@ -201,13 +182,13 @@ static void test_rmw_accounting(void **state)
 
 	/* 1 byte into an uncached existing region: one block read. */
 	assert_int_equal(folio_mapping_write(m, b, 1, 5000), 1);
-	struct folio_mapping_stats st = stats_of(m);
+	struct folio_mapping_stats st = test_mapping_stats(m);
 	assert_int_equal(st.read_requests, 1);
 	assert_int_equal(st.read_bytes, 4096);
 
 	/* Block-aligned whole blocks: nothing read. */
 	assert_int_equal(folio_mapping_write(m, b, 8192, 256 * 1024), 8192);
-	st = stats_of(m);
+	st = test_mapping_stats(m);
 	assert_int_equal(st.read_requests, 1);
 
 	/* Two partial edges in adjacent blocks of one folio: one request of
@@ -220,7 +201,7 @@ static void test_rmw_accounting(void **state)
 	assert_int_equal(folio_mapping_new(&m64, &o), 0);
 	assert_int_equal(folio_mapping_write(m64, b, 4096, 512 * 1024 + 100),
 			 4096);
-	struct folio_mapping_stats st64 = stats_of(m64);
+	struct folio_mapping_stats st64 = test_mapping_stats(m64);
 	assert_int_equal(st64.read_requests, 1);
 	assert_int_equal(st64.read_bytes, 2 * 4096);
 
@@ -228,7 +209,7 @@ static void test_rmw_accounting(void **state)
 	assert_int_equal(folio_mapping_write(m64, b, 3 * 4096 - 200,
 					     768 * 1024 + 100),
 			 3 * 4096 - 200);
-	st64 = stats_of(m64);
+	st64 = test_mapping_stats(m64);
 	assert_int_equal(st64.read_requests, 3);
 	assert_int_equal(st64.read_bytes, 4 * 4096);
 	assert_int_equal(folio_mapping_invalidate(m64, 0, 0,
@@ -240,7 +221,7 @@ static void test_rmw_accounting(void **state)
 	assert_int_equal(folio_mapping_write(m, b, 10, MIB), 10);
 	/* Past EOF, leaving a gap. */
 	assert_int_equal(folio_mapping_write(m, b, 10, MIB + 20000), 10);
-	st = stats_of(m);
+	st = test_mapping_stats(m);
 	assert_int_equal(st.read_requests, 1);
 	assert_int_equal(st.bytes_written, 1 + 8192 + 20);
 
@@ -271,7 +252,7 @@ static void test_failed_edge_read(void **state)
 	unsigned char b[100];
 	memset(b, 1, sizeof(b));
 	assert_int_equal(folio_mapping_write(m, b, sizeof(b), 1000), -EIO);
-	struct folio_mapping_stats st = stats_of(m);
+	struct folio_mapping_stats st = test_mapping_stats(m);
 	assert_int_equal(st.bytes_written, 0);
 	assert_int_equal(st.cached_bytes, 0);
 	assert_int_equal(st.dirty_bytes, 0);
@@ -279,7 +260,7 @@ static void test_failed_edge_read(void **state)
 
 	/* A failed read returns the error and marks nothing uptodate. */
 	assert_int_equal(folio_mapping_read(m, b, sizeof(b), 1000), -EIO);
-	st = stats_of(m);
+	st = test_mapping_stats(m);
 	assert_int_equal(st.cached_bytes, 0);
 	assert_int_equal(st.bytes_read, 0);
 
@@ -311,7 +292,7 @@ static void test_read_eof_and_coalescing(void **state)
 	 * contiguous, so they merge into requests of up to 1 MiB. */
 	assert_int_equal(folio_mapping_read(m, buf, MIB, 0), (ssize_t)MIB);
 	assert_memory_equal(buf, orig, MIB);
-	struct folio_mapping_stats st = stats_of(m);
+	struct folio_mapping_stats st = test_mapping_stats(m);
 	assert_true(st.read_requests <= 2);
 	assert_int_equal(st.read_bytes, MIB);
 	assert_int_equal(st.cached_bytes, MIB);
@@ -335,7 +316,7 @@ static void test_truncate(void **state)
 			 sizeof(b));
 	assert_int_equal(folio_mapping_truncate(m, 300000 + 100), 0);
 	assert_int_equal(folio_mapping_size(m), 300100);
-	struct folio_mem_stats ms = mem_stats(fx->engine);
+	struct folio_mem_stats ms = test_mem_stats(fx->engine);
 	assert_int_equal(ms.truncates, 1);
 	assert_int_equal(ms.size, 300100);
 	/* Growing exposes zeros, in the cut folio and past it. */
@@ -351,13 +332,13 @@ static void test_truncate(void **state)
 	assert_memory_equal(b, z, sizeof(b));
 	/* Shrink to zero drops everything. */
 	assert_int_equal(folio_mapping_truncate(m, 0), 0);
-	struct folio_mapping_stats st = stats_of(m);
+	struct folio_mapping_stats st = test_mapping_stats(m);
 	assert_int_equal(st.folios, 0);
 	assert_int_equal(st.dirty_bytes, 0);
 	assert_int_equal(folio_mapping_read(m, b, 1, 0), 0);
 	/* Sync writes nothing that was truncated away. */
 	assert_int_equal(folio_mapping_sync(m, NULL), 0);
-	assert_int_equal(mem_stats(fx->engine).size, 0);
+	assert_int_equal(test_mem_stats(fx->engine).size, 0);
 }
 
 static void test_invalidate(void **state)
@@ -369,11 +350,11 @@ static void test_invalidate(void **state)
 	assert_int_equal(folio_mapping_read(m, b, 4096, 0), 4096);
 	assert_int_equal(folio_mapping_write(m, b, sizeof(b), 196608),
 			 sizeof(b));
-	assert_int_equal(stats_of(m).folios, 2);
+	assert_int_equal(test_mapping_stats(m).folios, 2);
 
 	/* Clean folios go, dirty ones stay and are reported. */
 	assert_int_equal(folio_mapping_invalidate(m, 0, 0, 0), -EBUSY);
-	struct folio_mapping_stats st = stats_of(m);
+	struct folio_mapping_stats st = test_mapping_stats(m);
 	assert_int_equal(st.folios, 1);
 	assert_int_equal(st.dirty_bytes, sizeof(b));
 	/* Out of range: nothing to do. */
@@ -384,7 +365,7 @@ static void test_invalidate(void **state)
 	assert_int_equal(folio_mapping_invalidate(m, 200704 - 100, 4096 + 200,
 						  FOLIO_INVALIDATE_DISCARD),
 			 0);
-	st = stats_of(m);
+	st = test_mapping_stats(m);
 	assert_int_equal(st.folios, 1);
 	assert_int_equal(st.dirty_bytes, sizeof(b) - 4096);
 	assert_int_equal(st.cached_bytes, sizeof(b) - 4096);
@@ -399,7 +380,7 @@ static void test_invalidate(void **state)
 	assert_int_equal(folio_mapping_invalidate(m, 0, 0,
 						  FOLIO_INVALIDATE_DISCARD),
 			 0);
-	assert_int_equal(stats_of(m).folios, 0);
+	assert_int_equal(test_mapping_stats(m).folios, 0);
 }
 
 static void test_free_refuses_dirty(void **state)
@@ -475,7 +456,7 @@ static void test_lookup_and_folio_sizes(void **state)
 
 	/* 2 MiB at 0 gives one 2 MiB folio. */
 	assert_int_equal(folio_mapping_write(m, b, 2 * MIB, 0), 2 * MIB);
-	struct folio_mapping_stats st = stats_of(m);
+	struct folio_mapping_stats st = test_mapping_stats(m);
 	assert_int_equal(st.folios, 1);
 	assert_int_equal(st.folios_by_shift[21 - 9], 1);
 	assert_int_equal(folio_mapping_lookup(m, 12345, &f), 0);
@@ -487,14 +468,14 @@ static void test_lookup_and_folio_sizes(void **state)
 	assert_int_equal(folio_mapping_write(m, b, 128 * 1024,
 					     2 * MIB + 64 * 1024),
 			 128 * 1024);
-	st = stats_of(m);
+	st = test_mapping_stats(m);
 	assert_int_equal(st.folios_by_shift[16 - 9], 2);
 
 	/* 128 KiB at 2 MiB would want one 128 KiB folio, but that would
 	 * overlap the 64 KiB one after it: it falls back to 64 KiB. */
 	assert_int_equal(folio_mapping_write(m, b, 128 * 1024, 2 * MIB),
 			 128 * 1024);
-	st = stats_of(m);
+	st = test_mapping_stats(m);
 	assert_int_equal(st.folios_by_shift[16 - 9], 3);
 	assert_int_equal(st.folios_by_shift[17 - 9], 0);
 	/* Existing folios are reused whatever their size. */
@@ -503,7 +484,7 @@ static void test_lookup_and_folio_sizes(void **state)
 	uint64_t eof = 2 * MIB - 4096 + 256 * 1024;
 	assert_int_equal(folio_mapping_size(m), (int64_t)eof);
 	assert_int_equal(folio_mapping_read(m, b, 4 * MIB, 0), (ssize_t)eof);
-	st = stats_of(m);
+	st = test_mapping_stats(m);
 	assert_int_equal(st.cached_bytes, eof);
 	assert_int_equal(st.folios_by_shift[21 - 9], 1);
 	assert_int_equal(st.folios_by_shift[16 - 9], 3);

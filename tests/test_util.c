@@ -1,7 +1,12 @@
 /* SPDX-License-Identifier: MIT */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+
+#include <cmocka.h>
 
 #include "test_util.h"
 
@@ -33,4 +38,27 @@ bool test_slow_env(void)
 unsigned test_iters(unsigned normal, unsigned slow)
 {
 	return test_slow_env() ? slow : normal;
+}
+
+struct folio_mapping_stats test_mapping_stats(struct folio_mapping *m)
+{
+	struct folio_mapping_stats st = {.sz = sizeof(st)};
+	assert_int_equal(folio_mapping_stats(m, &st), 0);
+	return st;
+}
+
+struct folio_mem_stats test_mem_stats(struct folio_engine *e)
+{
+	struct folio_mem_stats st = {.sz = sizeof(st)};
+	assert_int_equal(folio_engine_mem_stats(e, &st), 0);
+	return st;
+}
+
+void test_close(struct folio_mapping *m, struct folio_engine *e)
+{
+	if (m) {
+		folio_mapping_invalidate(m, 0, 0, FOLIO_INVALIDATE_DISCARD);
+		assert_int_equal(folio_mapping_free(m), 0);
+	}
+	assert_int_equal(folio_engine_free(e), 0);
 }

@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "folio_state.h"
+
 /* xorshift64*: fast, good enough for test workloads, reproducible. */
 static inline uint64_t test_rand(uint64_t *state)
 {
@@ -39,5 +41,13 @@ bool test_slow_env(void);
 
 /* Scale an iteration count down under test_slow_env(). */
 unsigned test_iters(unsigned normal, unsigned slow);
+
+/* Statistics snapshots that fail the test when the call fails. */
+struct folio_mapping_stats test_mapping_stats(struct folio_mapping *m);
+struct folio_mem_stats test_mem_stats(struct folio_engine *e);
+
+/* Tear down a test's mapping (discarding dirty data; may be NULL) and
+ * its engine, failing the test if either refuses. */
+void test_close(struct folio_mapping *m, struct folio_engine *e);
 
 #endif

@@ -73,28 +73,9 @@ static int teardown(void **state)
 	struct fixture *fx = *state;
 	folio_engine_mem_clear_faults(fx->engine);
 	folio_engine_mem_set_mode(fx->engine, FOLIO_MEM_SYNC, 0);
-	if (fx->map) {
-		folio_mapping_invalidate(fx->map, 0, 0,
-					 FOLIO_INVALIDATE_DISCARD);
-		assert_int_equal(folio_mapping_free(fx->map), 0);
-	}
-	assert_int_equal(folio_engine_free(fx->engine), 0);
+	test_close(fx->map, fx->engine);
 	free(fx);
 	return 0;
-}
-
-static struct folio_mapping_stats mstats(struct folio_mapping *m)
-{
-	struct folio_mapping_stats st = {.sz = sizeof(st)};
-	assert_int_equal(folio_mapping_stats(m, &st), 0);
-	return st;
-}
-
-static struct folio_mem_stats estats(struct folio_engine *e)
-{
-	struct folio_mem_stats st = {.sz = sizeof(st)};
-	assert_int_equal(folio_engine_mem_stats(e, &st), 0);
-	return st;
 }
 
 /* The backing store holds exactly `want` over [0, len). */
@@ -146,11 +127,11 @@ static void test_sequential_merge(void **state)
 				 KIB);
 	}
 	assert_int_equal(folio_mapping_sync(fx->map, NULL), 0);
-	struct folio_mapping_stats st = mstats(fx->map);
+	struct folio_mapping_stats st = test_mapping_stats(fx->map);
 	assert_int_equal(st.wb_requests, total / MIB);
 	assert_int_equal(st.wb_bytes, total);
 	assert_int_equal(st.dirty_bytes, 0);
-	struct folio_mem_stats es = estats(fx->engine);
+	struct folio_mem_stats es = test_mem_stats(fx->engine);
 	assert_int_equal(es.write_requests, total / MIB);
 	assert_int_equal(es.flushes, 1);
 	assert_int_equal(es.size, total);
@@ -173,23 +154,23 @@ static void test_scattered_amplification(void **state)
 		memcpy(full + pos, blk, 4096);
 		writes++;
 	}
-	struct folio_mapping_stats before = mstats(fx->map);
+	struct folio_mapping_stats before = test_mapping_stats(fx->map);
 	assert_int_equal(folio_mapping_sync(fx->map, NULL), 0);
-	struct folio_mapping_stats st = mstats(fx->map);
+	struct folio_mapping_stats st = test_mapping_stats(fx->map);
 	/* Each distinct dirty block is written once. */
 	assert_int_equal(st.wb_bytes, before.dirty_bytes);
 	assert_true(st.wb_bytes <= writes * 4096);
 	assert_store(fx->engine, full, 16 * MIB);
 
 	/* Distinct blocks only: exactly 1.00. */
-	struct folio_mapping_stats s0 = mstats(fx->map);
+	struct folio_mapping_stats s0 = test_mapping_stats(fx->map);
 	for (int i = 0; i < 256; i++) {
 		uint64_t pos = (uint64_t)i * 65536 + 8192;
 		assert_int_equal(folio_mapping_write(fx->map, blk, 4096, pos),
 				 4096);
 	}
 	assert_int_equal(folio_mapping_sync(fx->map, NULL), 0);
-	st = mstats(fx->map);
+	st = test_mapping_stats(fx->map);
 	assert_int_equal(st.wb_bytes - s0.wb_bytes,
 			 st.bytes_written - s0.bytes_written);
 	/* One single dirty 4 KiB block of a 64 KiB folio: one 4 KiB
@@ -222,11 +203,11 @@ static void test_folio_dirty_tracking(void **state)
 		assert_int_equal(folio_mapping_write(m, blk, 4096, pos), 4096);
 		memcpy(orig + pos, blk, 4096);
 	}
-	struct folio_mapping_stats st = mstats(m);
+	struct folio_mapping_stats st = test_mapping_stats(m);
 	assert_int_equal(st.read_bytes, 16 * 64 * KIB);
 	assert_int_equal(st.dirty_bytes, 16 * 64 * KIB);
 	assert_int_equal(folio_mapping_sync(m, NULL), 0);
-	st = mstats(m);
+	st = test_mapping_stats(m);
 	assert_int_equal(st.wb_bytes, 16 * st.bytes_written);
 	assert_store(e, orig, MIB);
 	assert_int_equal(folio_mapping_free(m), 0);
@@ -246,11 +227,11 @@ static void test_merge_across_folios(void **state)
 	assert_int_equal(folio_mapping_write(fx->map, buf, 64 * KIB, 64 * KIB),
 			 64 * KIB);
 	assert_int_equal(folio_mapping_sync(fx->map, NULL), 0);
-	struct folio_mapping_stats s0 = mstats(fx->map);
+	struct folio_mapping_stats s0 = test_mapping_stats(fx->map);
 	assert_int_equal(folio_mapping_write(fx->map, buf, 8192, 60 * KIB),
 			 8192);
 	assert_int_equal(folio_mapping_sync(fx->map, NULL), 0);
-	struct folio_mapping_stats st = mstats(fx->map);
+	struct folio_mapping_stats st = test_mapping_stats(fx->map);
 	assert_int_equal(st.wb_requests - s0.wb_requests, 1);
 	assert_int_equal(st.wb_bytes - s0.wb_bytes, 8192);
 	assert_true(st.wb_merges > s0.wb_merges);
@@ -307,7 +288,7 @@ static void test_dirty_ranges_reentrant(void **state)
 						    write_range_back, &re),
 			 0);
 	assert_int_equal(re.calls, 2);
-	assert_int_equal(mstats(fx->map).dirty_bytes, 0);
+	assert_int_equal(test_mapping_stats(fx->map).dirty_bytes, 0);
 }
 
 static void test_dirty_ranges(void **state)
@@ -343,8 +324,8 @@ static void test_dirty_ranges(void **state)
 			 99);
 	assert_int_equal(r.n, 1);
 	/* Nothing was written. */
-	assert_int_equal(mstats(fx->map).wb_requests, 0);
-	assert_int_equal(mstats(fx->map).dirty_bytes, 3 * 4096 + 4096);
+	assert_int_equal(test_mapping_stats(fx->map).wb_requests, 0);
+	assert_int_equal(test_mapping_stats(fx->map).dirty_bytes, 3 * 4096 + 4096);
 }
 
 static void test_limits_and_range(void **state)
@@ -362,7 +343,7 @@ static void test_limits_and_range(void **state)
 		.max_request = 64 * KIB,
 	};
 	assert_int_equal(folio_mapping_writeback(fx->map, &o), MIB);
-	struct folio_mapping_stats st = mstats(fx->map);
+	struct folio_mapping_stats st = test_mapping_stats(fx->map);
 	assert_int_equal(st.wb_requests, 16);
 	assert_int_equal(st.dirty_bytes, 3 * MIB);
 	/* Two segments per request at most. */
@@ -371,15 +352,15 @@ static void test_limits_and_range(void **state)
 					  .flags = FOLIO_WB_WAIT,
 					  .max_segments = 2};
 	assert_int_equal(folio_mapping_writeback(fx->map, &o), MIB);
-	st = mstats(fx->map);
+	st = test_mapping_stats(fx->map);
 	assert_int_equal(st.wb_requests, 16 + 8);
 	/* A budget stops after whole folios reach it. */
 	o = (struct folio_writeback_opts){.sz = sizeof(o), .budget = 100 * KIB,
 					  .flags = FOLIO_WB_WAIT};
 	assert_int_equal(folio_mapping_writeback(fx->map, &o), 128 * KIB);
-	assert_int_equal(mstats(fx->map).dirty_bytes, 2 * MIB - 128 * KIB);
+	assert_int_equal(test_mapping_stats(fx->map).dirty_bytes, 2 * MIB - 128 * KIB);
 	assert_int_equal(folio_mapping_sync(fx->map, NULL), 0);
-	assert_int_equal(mstats(fx->map).dirty_bytes, 0);
+	assert_int_equal(test_mapping_stats(fx->map).dirty_bytes, 0);
 	free(buf);
 }
 
@@ -394,18 +375,18 @@ static void test_merge_gap(void **state)
 	/* Dirty blocks 0 and 2, block 1 clean and uptodate. */
 	assert_int_equal(folio_mapping_write(fx->map, buf, 4096, 0), 4096);
 	assert_int_equal(folio_mapping_write(fx->map, buf, 4096, 8192), 4096);
-	struct folio_mapping_stats s0 = mstats(fx->map);
+	struct folio_mapping_stats s0 = test_mapping_stats(fx->map);
 	struct folio_writeback_opts o = {.sz = sizeof(o),
 					 .flags = FOLIO_WB_WAIT};
 	assert_int_equal(folio_mapping_writeback(fx->map, &o), 8192);
-	struct folio_mapping_stats st = mstats(fx->map);
+	struct folio_mapping_stats st = test_mapping_stats(fx->map);
 	assert_int_equal(st.wb_requests - s0.wb_requests, 2);
 	/* Again with a gap of one block allowed: one request of three. */
 	assert_int_equal(folio_mapping_write(fx->map, buf, 4096, 0), 4096);
 	assert_int_equal(folio_mapping_write(fx->map, buf, 4096, 8192), 4096);
 	o.merge_gap = 4096;
 	assert_int_equal(folio_mapping_writeback(fx->map, &o), 3 * 4096);
-	struct folio_mapping_stats s2 = mstats(fx->map);
+	struct folio_mapping_stats s2 = test_mapping_stats(fx->map);
 	assert_int_equal(s2.wb_requests - st.wb_requests, 1);
 	assert_int_equal(s2.wb_bytes - st.wb_bytes, 3 * 4096);
 	assert_store(fx->engine, buf, 64 * KIB);
@@ -442,10 +423,10 @@ static void test_map_cache(void **state)
 						     at),
 				 64 * KIB);
 	assert_int_equal(folio_mapping_sync(fx.map, NULL), 0);
-	struct folio_mapping_stats st = mstats(fx.map);
+	struct folio_mapping_stats st = test_mapping_stats(fx.map);
 	assert_int_equal(st.map_calls, 8);
-	assert_int_equal(estats(fx.engine).map_calls, 8);
-	assert_int_equal(estats(fx.engine).misdirected, 0);
+	assert_int_equal(test_mem_stats(fx.engine).map_calls, 8);
+	assert_int_equal(test_mem_stats(fx.engine).misdirected, 0);
 	assert_store(fx.engine, buf, 8 * MIB);
 	close_mapped(&fx);
 
@@ -454,8 +435,8 @@ static void test_map_cache(void **state)
 	open_mapped(&fx, 256 * KIB, true, 64 * KIB);
 	assert_int_equal(folio_mapping_write(fx.map, buf, 4 * MIB, 0), 4 * MIB);
 	assert_int_equal(folio_mapping_sync(fx.map, NULL), 0);
-	assert_int_equal(estats(fx.engine).misdirected, 0);
-	st = mstats(fx.map);
+	assert_int_equal(test_mem_stats(fx.engine).misdirected, 0);
+	st = test_mapping_stats(fx.map);
 	assert_int_equal(st.wb_requests, 16);
 	assert_store(fx.engine, buf, 4 * MIB);
 	/* Read back cold through the map too. */
@@ -463,7 +444,7 @@ static void test_map_cache(void **state)
 	unsigned char *got = malloc(4 * MIB);
 	assert_int_equal(folio_mapping_read(fx.map, got, 4 * MIB, 0), 4 * MIB);
 	assert_memory_equal(got, buf, 4 * MIB);
-	assert_int_equal(estats(fx.engine).misdirected, 0);
+	assert_int_equal(test_mem_stats(fx.engine).misdirected, 0);
 	close_mapped(&fx);
 	free(got);
 	free(buf);
@@ -580,12 +561,12 @@ static void test_error_redirty(void **state)
 				    .error = -EIO};
 	assert_int_equal(folio_engine_mem_inject(fx->engine, &f), 0);
 	assert_int_equal(folio_mapping_sync(fx->map, &a), -EIO);
-	assert_int_equal(mstats(fx->map).dirty_bytes, sizeof(buf));
-	assert_int_equal(mstats(fx->map).errors, 1);
+	assert_int_equal(test_mapping_stats(fx->map).dirty_bytes, sizeof(buf));
+	assert_int_equal(test_mapping_stats(fx->map).errors, 1);
 	/* Cursor b has not seen it yet; a has. */
 	assert_int_equal(folio_mapping_sync(fx->map, &b), -EIO);
 	/* The data went out with b's sync. */
-	assert_int_equal(mstats(fx->map).dirty_bytes, 0);
+	assert_int_equal(test_mapping_stats(fx->map).dirty_bytes, 0);
 	assert_int_equal(folio_mapping_sync(fx->map, &a), 0);
 	assert_int_equal(folio_mapping_sync(fx->map, &b), 0);
 	assert_store(fx->engine, buf, sizeof(buf));
@@ -620,10 +601,10 @@ static void test_persistent_inline_failure(void **state)
 					 .flags = FOLIO_WB_WAIT};
 	assert_int_equal(folio_mapping_writeback(fx->map, &o), 40960);
 	assert_int_equal(folio_mapping_sync(fx->map, NULL), -EIO);
-	assert_int_equal(mstats(fx->map).dirty_bytes, 40960);
+	assert_int_equal(test_mapping_stats(fx->map).dirty_bytes, 40960);
 	assert_int_equal(folio_engine_mem_clear_faults(fx->engine), 0);
 	assert_int_equal(folio_mapping_sync(fx->map, NULL), 0);
-	assert_int_equal(mstats(fx->map).dirty_bytes, 0);
+	assert_int_equal(test_mapping_stats(fx->map).dirty_bytes, 0);
 	unsigned char want[64 * KIB] = {0};
 	memset(want, 0x17, 4096);
 	memset(want + 8192, 0x17, 4096);
@@ -657,7 +638,7 @@ static void test_error_exact_range(void **state)
 	assert_int_equal(r.len[0], 4096);
 	assert_int_equal(folio_engine_mem_clear_faults(fx->engine), 0);
 	assert_int_equal(folio_mapping_sync(fx->map, NULL), 0);
-	assert_int_equal(mstats(fx->map).dirty_bytes, 0);
+	assert_int_equal(test_mapping_stats(fx->map).dirty_bytes, 0);
 }
 
 /* Drop policy: the failed blocks are cleaned and the error reported once. */
@@ -674,9 +655,9 @@ static void test_error_drop(void **state)
 				    .error = -EIO};
 	assert_int_equal(folio_engine_mem_inject(fx->engine, &f), 0);
 	assert_int_equal(folio_mapping_sync(fx->map, NULL), -EIO);
-	assert_int_equal(mstats(fx->map).dirty_bytes, 0);
+	assert_int_equal(test_mapping_stats(fx->map).dirty_bytes, 0);
 	assert_int_equal(folio_mapping_sync(fx->map, NULL), 0);
-	assert_int_equal(estats(fx->engine).write_requests, 1);
+	assert_int_equal(test_mem_stats(fx->engine).write_requests, 1);
 }
 
 /* Short writes: the rest goes out within the same sync. */
@@ -695,8 +676,8 @@ static void test_short_write(void **state)
 	assert_int_equal(folio_engine_mem_inject(fx->engine, &f), 0);
 	assert_int_equal(folio_mapping_sync(fx->map, NULL), 0);
 	assert_store(fx->engine, buf, sizeof(buf));
-	assert_int_equal(mstats(fx->map).retries, 3);
-	assert_int_equal(mstats(fx->map).dirty_bytes, 0);
+	assert_int_equal(test_mapping_stats(fx->map).retries, 3);
+	assert_int_equal(test_mapping_stats(fx->map).dirty_bytes, 0);
 
 	/* An engine that only ever writes short: sync must not claim
 	 * success, and nothing is lost. */
@@ -708,7 +689,7 @@ static void test_short_write(void **state)
 	assert_int_equal(folio_engine_mem_inject(fx->engine, &f), 0);
 	int r = folio_mapping_sync(fx->map, NULL);
 	assert_true(r < 0);
-	assert_true(mstats(fx->map).dirty_bytes > 0);
+	assert_true(test_mapping_stats(fx->map).dirty_bytes > 0);
 	assert_int_equal(folio_engine_mem_clear_faults(fx->engine), 0);
 	assert_int_equal(folio_mapping_sync(fx->map, NULL), 0);
 	assert_store(fx->engine, buf, sizeof(buf));
@@ -807,12 +788,12 @@ static void test_redirty_during_writeback(void **state)
 			 0);
 	assert_int_equal(folio_mapping_writeback(fx->map, NULL), 4096);
 	assert_int_equal(folio_mapping_write(fx->map, b, 4096, 0), 4096);
-	assert_int_equal(mstats(fx->map).dirty_bytes, 4096);
+	assert_int_equal(test_mapping_stats(fx->map).dirty_bytes, 4096);
 	/* A non-waiting pass skips the busy folio. */
 	assert_int_equal(folio_mapping_writeback(fx->map, NULL), 0);
 	assert_int_equal(folio_mapping_sync(fx->map, NULL), 0);
 	assert_store(fx->engine, b, 4096);
-	assert_int_equal(estats(fx->engine).write_requests, 2);
+	assert_int_equal(test_mem_stats(fx->engine).write_requests, 2);
 }
 
 static void test_truncate_during_writeback(void **state)
@@ -827,7 +808,7 @@ static void test_truncate_during_writeback(void **state)
 	assert_int_equal(folio_mapping_writeback(fx->map, NULL), MIB);
 	assert_int_equal(folio_mapping_truncate(fx->map, 100000), 0);
 	assert_int_equal(folio_mapping_sync(fx->map, NULL), 0);
-	struct folio_mem_stats es = estats(fx->engine);
+	struct folio_mem_stats es = test_mem_stats(fx->engine);
 	assert_int_equal(es.size, 100000);
 	assert_store(fx->engine, buf, 100000);
 	unsigned char z[4096] = {0}, got[4096];
