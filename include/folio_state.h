@@ -656,6 +656,17 @@ FOLIO_EXPORT int folio_engine_mem_poke(struct folio_engine *e,
 /* ======================================================================
  * Layer 4: mappings (the cache of one object)
  * ====================================================================== */
+/*
+ * Thread rules for every mapping function: any number of threads may call
+ * them on one mapping at once. Reads and writes of different folios run
+ * in parallel; calls that touch the same folio are serialized by its lock
+ * (a write of [pos, pos+len) is atomic within each folio it touches, not
+ * across folios). Writeback and sync may run concurrently with reads and
+ * writes; truncate and invalidate briefly exclude reads and writes.
+ * folio_mapping_free() must be the last call, made when no other thread
+ * uses the mapping. The exceptions are spelled out per function
+ * (write_begin/write_end).
+ */
 struct folio_mapping;
 
 /* struct folio_mapping_opts.flags */

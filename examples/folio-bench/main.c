@@ -25,7 +25,7 @@ void bench_register(struct bench_cmd *cmd)
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"usage: folio-bench [WORKLOAD] [OPTIONS]\n"
+		"usage: folio-bench [WORKLOAD | --workload WORKLOAD] [OPTIONS]\n"
 		"Benchmarks of libfolio-state: large folios with per-block "
 		"dirty state.\n"
 		"Without a workload, runs the default set briefly and prints "
@@ -181,6 +181,43 @@ int main(int argc, char **argv)
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
 		usage(stdout);
 		return 0;
+	}
+	/* fio-style `--workload NAME` (anywhere) means the same as a
+	 * leading NAME: move it to the front. */
+	const char *named = NULL;
+	for (int i = 1; i < argc; i++) {
+		const char *v = NULL;
+		if (!strcmp(argv[i], "--workload")) {
+			if (i + 1 >= argc) {
+				fprintf(stderr, "folio-bench: --workload needs "
+						"a name\n");
+				return 2;
+			}
+			v = argv[i + 1];
+			memmove(&argv[i], &argv[i + 2],
+				(size_t)(argc - i - 2) * sizeof(*argv));
+			argc -= 2;
+		} else if (!strncmp(argv[i], "--workload=", 11)) {
+			v = argv[i] + 11;
+			memmove(&argv[i], &argv[i + 1],
+				(size_t)(argc - i - 1) * sizeof(*argv));
+			argc -= 1;
+		}
+		if (v) {
+			named = v;
+			break;
+		}
+	}
+	if (named) {
+		argv[0] = (char *)named;
+		struct bench_cmd *c = find_cmd(named);
+		if (!c) {
+			fprintf(stderr, "folio-bench: unknown workload '%s'\n"
+					"Try 'folio-bench --help'.\n",
+				named);
+			return 2;
+		}
+		return one_workload(c, argc, argv);
 	}
 	if (argc < 2 || argv[1][0] == '-')
 		return default_run(argc, argv);
