@@ -4,7 +4,7 @@
 set -euo pipefail
 
 FOLIO_PACKAGES=(meson ninja-build pkg-config gcc g++ clang libclang-rt-14-dev
-                libcmocka-dev liburing-dev valgrind gnuplot-nox)
+                libcmocka-dev liburing-dev valgrind gnuplot-nox python3)
 
 missing=()
 for p in "${FOLIO_PACKAGES[@]}"; do
