@@ -19,15 +19,21 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "bench.h"
 
 static bool no_kernel;
+static bool direct;
 
 static struct bench_xopt xopts[] = {
 	{.name = "no-kernel", .type = BENCH_X_FLAG, .var = &no_kernel,
 	 .help = "skip the kernel page cache variant"},
+	{.name = "direct", .type = BENCH_X_FLAG, .var = &direct,
+	 .help = "the library's engine writes with O_DIRECT (posix, uring):\n"
+		 "  how a database would embed it, with no second copy in\n"
+		 "  the kernel page cache"},
 	{0},
 };
 
@@ -129,8 +135,19 @@ static int run_variant(struct bench_ctx *c, int fd, const char *name,
 	struct folio_mapping_stats before = {.sz = sizeof(before)};
 	struct folio_mapping_stats after = {.sz = sizeof(after)};
 
+	/* A second open file description of the same file, so O_DIRECT
+	 * applies to the library's engine only. */
+	int dfd = -1;
+	if (!err && tracking >= 0 && direct && o->engine != BENCH_ENGINE_MEM) {
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		dfd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
+		if (dfd < 0)
+			err = -errno;
+	}
 	if (!err && tracking >= 0) {
-		err = bench_engine_open(c, &be, o->engine, fd, o->size);
+		err = bench_engine_open(c, &be, o->engine, dfd >= 0 ? dfd : fd,
+					o->size);
 		if (err)
 			goto out;
 		struct folio_mapping_opts mo = {
@@ -208,6 +225,8 @@ out:
 			err = s ? s : f;
 	}
 	bench_engine_close(&be);
+	if (dfd >= 0)
+		close(dfd);
 	devmodel_free(kdm);
 	for (unsigned i = 0; w && i < o->jobs; i++)
 		bench_lat_free(&w[i].lat);
@@ -265,13 +284,16 @@ static int run(struct bench_ctx *c)
 	}
 	char s1[32], s2[32], s3[32], s4[32];
 	bench_title(c, "%s random overwrites + sync, %u jobs on one mapping, "
-		       "%s file, %s folios, %s blocks, %s engine",
+		       "%s file, %s folios, %s blocks, %s engine%s",
 		    bench_fmt_size(s1, sizeof(s1), o->bs), o->jobs,
 		    bench_fmt_size(s2, sizeof(s2), o->size),
 		    bench_fmt_size(s3, sizeof(s3), o->folio_size),
 		    bench_fmt_size(s4, sizeof(s4), o->block_size),
-		    bench_engine_name(o->engine));
+		    bench_engine_name(o->engine),
+		    direct && o->engine != BENCH_ENGINE_MEM ? " (O_DIRECT)"
+							    : "");
 	bench_param_num(c, "kernel", kernel);
+	bench_param_num(c, "direct", direct && o->engine != BENCH_ENGINE_MEM);
 
 	int fd = bench_tmpfile(o->dir);
 	if (fd < 0)
