@@ -37,3 +37,19 @@ TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	meson test -C build/tsan --suite threads --print-errorlogs
 
 step "all test runs passed"
+# One closing line over the four runs: every test program counts once per
+# run it took part in (meson writes one JSON record per test).
+python3 - build/gcc/meson-logs/testlog.json \
+	build/gcc/meson-logs/testlog-valgrind.json \
+	build/asan/meson-logs/testlog.json build/tsan/meson-logs/testlog.json <<'PY'
+import json, sys
+ok = bad = 0
+for path in sys.argv[1:]:
+    for line in open(path):
+        r = json.loads(line)["result"]
+        if r in ("OK", "EXPECTEDFAIL", "SKIP"):
+            ok += 1
+        else:
+            bad += 1
+print(f"tests: {ok} passed, {bad} failed")
+PY
