@@ -355,8 +355,12 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  * What O_DIRECT engines require of a request: dev_pos, len and every iovec
  * base and length a multiple of this (the logical block size of common
  * devices). Folio memory is FOLIO_DATA_ALIGN aligned and block sizes are
- * multiples of 512, so requests made of whole blocks qualify; one cut at
- * an end of file that is not a multiple of 512 does not.
+ * multiples of 512, so requests made of whole blocks qualify. The one
+ * exception writeback produces — a write cut at an end of file that is not
+ * a multiple of 512, aligned except for the end of its last segment — is
+ * accepted by the posix and io_uring engines and written synchronously
+ * through a second, buffered descriptor of the same file (opened through
+ * /proc/self/fd; where that fails such writes are refused with -EINVAL).
  */
 #define FOLIO_ENGINE_DIRECT_ALIGN 512u
 
@@ -376,7 +380,9 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  * the bytes already transferred when there were some (a short transfer:
  * resubmitting the rest reports the error). In direct mode submit()
  * refuses with -EINVAL a request whose dev_pos, len or any iovec base or
- * length is not a multiple of FOLIO_ENGINE_DIRECT_ALIGN; a direct read
+ * length is not a multiple of FOLIO_ENGINE_DIRECT_ALIGN, except a write
+ * whose only misalignment is the end of its last segment (see
+ * FOLIO_ENGINE_DIRECT_ALIGN); a direct read
  * that ends past end of file is zero-filled like any other. A request
  * with an unknown op, iovecs that do not add up to len, or a range past
  * 2^62 is refused with -EINVAL. flush() is fdatasync() and truncate() is

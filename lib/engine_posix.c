@@ -10,61 +10,13 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "internal.h"
-
-#ifndef IOV_MAX
-#define IOV_MAX 1024
-#endif
-
-/* Segments copied per call once a request has to be resumed mid-way (after
- * a short transfer) or has more segments than one call accepts. */
-#define POSIX_IOV_WINDOW 64
+#include "engine_fd.h"
 
 struct posix_ctx {
 	int fd;
+	int tail_fd; /* for direct writes that end mid-sector */
 	bool direct;
 };
-
-static ssize_t posix_rw(const struct posix_ctx *c, struct folio_io *io)
-{
-	struct iovec window[POSIX_IOV_WINDOW];
-	bool rd = io->op == FOLIO_IO_READ;
-	size_t done = 0;
-	while (done < io->len) {
-		const struct iovec *v = io->iov;
-		int n = io->iovcnt;
-		if (done || n > IOV_MAX) {
-			v = window;
-			n = engine_iov_window(io->iov, io->iovcnt, done, window,
-					      POSIX_IOV_WINDOW);
-		}
-		off_t off = (off_t)(io->dev_pos + done);
-		ssize_t r = rd ? preadv(c->fd, v, n, off)
-			       : pwritev(c->fd, v, n, off);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			int err = -errno;
-			return done ? (ssize_t)done : err;
-		}
-		if (r == 0) {
-			if (rd)
-				break; /* end of file */
-			/* A write that moves nothing would loop forever. */
-			return done ? (ssize_t)done : -EIO;
-		}
-		done += (size_t)r;
-		/* A direct read stops short at end of file; the rest cannot
-		 * be asked for from an unaligned position, and is past EOF. */
-		if (rd && c->direct && (done & (FOLIO_ENGINE_DIRECT_ALIGN - 1)))
-			break;
-	}
-	if (rd && done < io->len) {
-		engine_iov_zero(io->iov, io->iovcnt, done, io->len);
-		done = io->len;
-	}
-	return (ssize_t)done;
-}
 
 static int posix_submit(void *arg, struct folio_io *io)
 {
@@ -72,9 +24,14 @@ static int posix_submit(void *arg, struct folio_io *io)
 	int ret = engine_check_io(io);
 	if (ret)
 		return ret;
-	if (c->direct && !engine_io_aligned(io, FOLIO_ENGINE_DIRECT_ALIGN))
-		return -EINVAL;
-	folio_io_complete(io, posix_rw(c, io));
+	int fd = c->fd;
+	if (c->direct && !engine_io_aligned(io, FOLIO_ENGINE_DIRECT_ALIGN)) {
+		if (!engine_io_direct_tail(io, FOLIO_ENGINE_DIRECT_ALIGN) ||
+		    c->tail_fd < 0)
+			return -EINVAL;
+		fd = c->tail_fd;
+	}
+	folio_io_complete(io, engine_fd_rw(fd, c->direct && fd == c->fd, io));
 	return 0;
 }
 
@@ -102,7 +59,9 @@ static int posix_truncate(void *arg, uint64_t size)
 
 static void posix_destroy(void *arg)
 {
-	free(arg);
+	struct posix_ctx *c = arg;
+	engine_tail_fd_close(c->fd, c->tail_fd);
+	free(c);
 }
 
 static const struct folio_engine_ops posix_ops = {
@@ -125,8 +84,15 @@ int folio_engine_posix(struct folio_engine **out, int fd, unsigned flags)
 		return -ENOMEM;
 	c->fd = fd;
 	c->direct = (flags & FOLIO_ENGINE_DIRECT) || (fl & O_DIRECT);
+	c->tail_fd = -1;
+	/* Without a tail descriptor (no /proc) such writes are refused, as
+	 * before; everything else works. */
+	if (c->direct)
+		engine_tail_fd_open(fd, fl, &c->tail_fd);
 	int ret = engine_create(out, &posix_ops, c, ENGINE_POSIX);
-	if (ret)
+	if (ret) {
+		engine_tail_fd_close(fd, c->tail_fd);
 		free(c);
+	}
 	return ret;
 }

@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "engine_fd.h"
 
 /*
  * The kernel fills read buffers behind memcheck's back, so under valgrind
@@ -86,6 +86,7 @@ struct ureq_list {
 struct uring_ctx {
 	struct io_uring ring;
 	int fd;
+	int tail_fd; /* for direct writes that end mid-sector */
 	bool direct;
 	bool use_thread;
 
@@ -460,8 +461,15 @@ static int uring_submit(void *arg, struct folio_io *io)
 	int ret = engine_check_io(io);
 	if (ret)
 		return ret;
-	if (c->direct && !engine_io_aligned(io, FOLIO_ENGINE_DIRECT_ALIGN))
-		return -EINVAL;
+	if (c->direct && !engine_io_aligned(io, FOLIO_ENGINE_DIRECT_ALIGN)) {
+		/* Rare (the last run of an object whose size is not a
+		 * multiple of a sector): done synchronously, buffered. */
+		if (!engine_io_direct_tail(io, FOLIO_ENGINE_DIRECT_ALIGN) ||
+		    c->tail_fd < 0)
+			return -EINVAL;
+		folio_io_complete(io, engine_fd_rw(c->tail_fd, false, io));
+		return 0;
+	}
 	if (!io->len) {
 		folio_io_complete(io, 0);
 		return 0;
@@ -599,6 +607,7 @@ static void *uring_thread_main(void *arg)
 
 static void uring_free_ctx(struct uring_ctx *c)
 {
+	engine_tail_fd_close(c->fd, c->tail_fd);
 	io_uring_queue_exit(&c->ring);
 	pthread_cond_destroy(&c->cv);
 	pthread_mutex_destroy(&c->lock);
@@ -654,6 +663,7 @@ int folio_engine_uring(struct folio_engine **out, int fd, unsigned depth,
 	c->fd = fd;
 	c->direct = (flags & FOLIO_ENGINE_DIRECT) || (fl & O_DIRECT);
 	c->use_thread = flags & FOLIO_URING_COMPLETION_THREAD;
+	c->tail_fd = -1;
 
 	/* SUBMIT_ALL (5.18) keeps one bad SQE from stalling the rest of a
 	 * batch; older kernels reject the flag and do without it. */
@@ -686,6 +696,10 @@ int folio_engine_uring(struct folio_engine **out, int fd, unsigned depth,
 		}
 		c->thread_running = true;
 	}
+	/* Without a tail descriptor (no /proc) direct writes that end
+	 * mid-sector are refused; everything else works. */
+	if (c->direct)
+		engine_tail_fd_open(fd, fl, &c->tail_fd);
 	ret = engine_create(out, &uring_ops, c, ENGINE_URING);
 	if (ret)
 		uring_destroy(c);

@@ -676,6 +676,67 @@ void fe_test_direct(void **state)
 	tfile_close(&f);
 }
 
+/*
+ * On an O_DIRECT descriptor, a write that is aligned except for the end
+ * of its last segment (writeback's last run of an object whose size is
+ * not a multiple of a sector) goes through a buffered descriptor of the
+ * same file; any other misalignment is still refused.
+ */
+void fe_test_direct_tail(void **state)
+{
+	struct tfile f;
+	if (!tfile_open(&f, state))
+		return;
+	int fd = open(f.path, O_RDWR | O_DIRECT);
+	if (fd < 0) {
+		printf("# O_DIRECT not supported in %s (%s)\n", f.w->dir,
+		       strerror(errno));
+		tfile_close(&f);
+		return;
+	}
+	enum { LEN = 16384 };
+	char *in = xaligned(LEN), *out = xaligned(LEN);
+	fill(in, LEN, 9);
+	struct folio_engine *e = fe_new(fd, 0);
+	/* 2 segments of 4096, the second cut to 1000 bytes: file size
+	 * 4096 + 1000 after the write. */
+	struct tio t;
+	tio_prep(&t, FOLIO_IO_WRITE, 0, in, 4096 + 1000, 2, 0);
+	t.iov[0].iov_len = 4096;
+	t.iov[1].iov_base = in + 4096;
+	t.iov[1].iov_len = 1000;
+	assert_int_equal(tio_run(e, &t), 4096 + 1000);
+	tio_free(&t);
+	assert_int_equal(eng_flush(e), 0);
+	struct stat st;
+	assert_int_equal(fstat(fd, &st), 0);
+	assert_int_equal(st.st_size, 4096 + 1000);
+	/* A direct read sees what the buffered tail wrote. */
+	memset(out, 0xaa, LEN);
+	assert_int_equal(do_io(e, FOLIO_IO_READ, 0, out, 8192, 1, 0), 8192);
+	assert_memory_equal(out, in, 4096 + 1000);
+	assert_true(all_bytes(out + 4096 + 1000, 8192 - 4096 - 1000, 0));
+	/* A short first segment is not a tail: refused. */
+	tio_prep(&t, FOLIO_IO_WRITE, 0, in, 4096 + 1000, 2, 0);
+	t.iov[0].iov_len = 1000;
+	t.iov[1].iov_base = in + 1000;
+	t.iov[1].iov_len = 4096;
+	check_refused(e, &t);
+	tio_free(&t);
+	/* Nor is a misaligned position or a short read. */
+	tio_prep(&t, FOLIO_IO_WRITE, 100, in, 1000, 1, 0);
+	check_refused(e, &t);
+	tio_free(&t);
+	tio_prep(&t, FOLIO_IO_READ, 0, out, 1000, 1, 0);
+	check_refused(e, &t);
+	tio_free(&t);
+	assert_int_equal(folio_engine_free(e), 0);
+	free(in);
+	free(out);
+	close(fd);
+	tfile_close(&f);
+}
+
 /* Errors complete the request with -errno: reading a directory gives
  * EISDIR, writing through a read-only fd EBADF. */
 void fe_test_errors(void **state)

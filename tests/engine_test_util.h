@@ -185,6 +185,7 @@ void fe_test_many_segments(void **state);
 void fe_test_short_write(void **state);
 void fe_test_flush_truncate(void **state);
 void fe_test_direct(void **state);
+void fe_test_direct_tail(void **state);
 void fe_test_errors(void **state);
 void fe_test_bad_requests(void **state);
 

@@ -73,6 +73,7 @@ int main(void)
 		FE_ON_BOTH(short_write),
 		FE_ON_BOTH(flush_truncate),
 		FE_ON_BOTH(direct),
+		FE_ON_BOTH(direct_tail),
 		FE_TEST(errors),
 		cmocka_unit_test(test_errors_pipe),
 		FE_TEST(bad_requests),

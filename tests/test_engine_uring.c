@@ -460,6 +460,7 @@ int main(void)
 		FE_ON_BOTH(flush_truncate),
 		ON_BOTH(test_completion_thread),
 		FE_ON_BOTH(direct),
+		FE_ON_BOTH(direct_tail),
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_threads_completion_thread),
 		cmocka_unit_test(test_reentrant_submit),

@@ -869,6 +869,73 @@ static void file_roundtrip(const char *dir, bool uring)
 	free(got);
 }
 
+/* An O_DIRECT file whose size is not a multiple of a sector: the last
+ * run of each sync ends mid-sector and must still reach the file. */
+static void direct_roundtrip(const char *dir, bool uring)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "%s/folio-direct-XXXXXX", dir);
+	int tmp = mkstemp(path);
+	if (tmp < 0)
+		return;
+	int fd = open(path, O_RDWR | O_DIRECT);
+	close(tmp);
+	unlink(path);
+	if (fd < 0) {
+		printf("# skipping O_DIRECT in %s: %s\n", dir, strerror(errno));
+		return;
+	}
+	struct folio_engine *e;
+	int r = uring ? folio_engine_uring(&e, fd, 16, 0)
+		      : folio_engine_posix(&e, fd, FOLIO_ENGINE_DIRECT);
+	if (r) {
+		printf("# skipping the uring engine: %s\n", strerror(-r));
+		close(fd);
+		return;
+	}
+	struct folio_mapping *m;
+	struct folio_mapping_opts o = opts_for(e, 64 * KIB, 0);
+	assert_int_equal(folio_mapping_new(&m, &o), 0);
+	unsigned char model[20000] = {0}, got[20000];
+	uint64_t rng = 3;
+	size_t size = 0;
+	for (int i = 0; i < 50; i++) {
+		size_t len = 1 + test_rand_below(&rng, 3000);
+		uint64_t pos = test_rand_below(&rng, sizeof(model) - len);
+		unsigned char b[3000];
+		memset(b, i + 1, len);
+		assert_int_equal(folio_mapping_write(m, b, len, pos),
+				 (ssize_t)len);
+		memcpy(model + pos, b, len);
+		if (pos + len > size)
+			size = pos + len;
+		if (i % 10 == 9)
+			assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	}
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	struct stat sb;
+	assert_int_equal(fstat(fd, &sb), 0);
+	assert_int_equal(sb.st_size, (off_t)size);
+	char fdpath[64];
+	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fd);
+	int rfd = open(fdpath, O_RDONLY);
+	assert_true(rfd >= 0);
+	assert_int_equal(pread(rfd, got, size, 0), (ssize_t)size);
+	assert_memory_equal(got, model, size);
+	close(rfd);
+	assert_int_equal(folio_mapping_free(m), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	close(fd);
+}
+
+static void test_direct_files(void **state)
+{
+	(void)state;
+	direct_roundtrip("/var/tmp", false);
+	direct_roundtrip("/dev/shm", false);
+	direct_roundtrip("/var/tmp", true);
+}
+
 static void test_files(void **state)
 {
 	(void)state;
@@ -907,6 +974,7 @@ int main(void)
 		T(test_redirty_during_writeback, setup_64k),
 		T(test_truncate_during_writeback, setup_64k),
 		cmocka_unit_test(test_files),
+		cmocka_unit_test(test_direct_files),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
