@@ -835,6 +835,8 @@ struct folio_mapping_stats {
 	uint64_t dirty_bytes;
 	uint64_t folios;
 	uint64_t folios_by_shift[FOLIO_STATS_SHIFTS];
+	uint64_t unstable_bytes; /* written to the engine, not yet flushed:
+				  * kept until a flush succeeds */
 };
 
 /**

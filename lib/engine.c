@@ -18,8 +18,12 @@ int engine_create(struct folio_engine **out,
 		  const struct folio_engine_ops *ops, void *ctx,
 		  enum engine_kind kind)
 {
-	if (!out || !ops || ops->sz < OPS_REQUIRED_SZ || !ops->submit ||
-	    !ops->flush || !ops->truncate)
+	if (!out || !ops)
+		return -EINVAL;
+	int r = sized_check(ops, ops->sz, OPS_REQUIRED_SZ, sizeof(*ops));
+	if (r)
+		return r;
+	if (!ops->submit || !ops->flush || !ops->truncate)
 		return -EINVAL;
 	struct folio_engine *e = calloc(1, sizeof(*e));
 	if (!e)

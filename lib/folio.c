@@ -20,7 +20,7 @@ int folio_alloc(struct folio **out, uint64_t pos, size_t size,
 		return -EINVAL;
 
 	size_t nblocks = size / block_size;
-	size_t words = nblocks > 1 ? BITMAP_WORDS(2 * nblocks) : 0;
+	size_t words = nblocks > 1 ? BITMAP_WORDS(3 * nblocks) : 0;
 	struct folio *f = malloc(sizeof(*f) + words * sizeof(uint64_t));
 	if (!f)
 		return -ENOMEM;
@@ -41,6 +41,8 @@ int folio_alloc(struct folio **out, uint64_t pos, size_t size,
 	f->data = data;
 	atomic_init(&f->wb_pending, 0);
 	f->mapping = NULL;
+	f->unstable_epoch = 0;
+	f->begin_off = f->begin_len = 0;
 	memset(f->state, 0, words * sizeof(uint64_t));
 	*out = f;
 	return 0;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Per-block uptodate and dirty state. Bits [0, N) of f->state say which
- * blocks are uptodate, bits [N, 2N) which are dirty. Every bitmap access
+ * Per-block uptodate, dirty and unstable state. Bits [0, N) of f->state
+ * say which blocks are uptodate, bits [N, 2N) which are dirty, bits
+ * [2N, 3N) which were written but not yet flushed. Every bitmap access
  * happens under f->state_lock; the UPTODATE and DIRTY flags summarise the
  * bitmap and change only under the same lock, so a lock-free reader of the
  * flags never sees them disagree with a completed update. A one-block folio
@@ -328,17 +329,116 @@ int folio_take_dirty(struct folio *f, struct folio_range *runs,
 	return folio_take_dirty_from(f, 0, runs, max_runs);
 }
 
-void folio_count_blocks(struct folio *f, size_t *uptodate, size_t *dirty)
+void folio_count_blocks(struct folio *f, size_t *uptodate, size_t *dirty,
+			size_t *unstable)
 {
 	if (!f->nblocks_minus1) {
 		unsigned flags = atomic_load(&f->flags);
 		*uptodate = (flags & FOLIO_F_UPTODATE) ? 1 : 0;
 		*dirty = (flags & FOLIO_F_DIRTY) ? 1 : 0;
+		*unstable = (flags & FOLIO_F_UNSTABLE) ? 1 : 0;
 		return;
 	}
 	size_t n = folio_nblocks(f);
 	spin_lock(&f->state_lock);
 	*uptodate = bitmap_count(f->state, 0, n);
 	*dirty = bitmap_count(f->state, n, 2 * n);
+	*unstable = bitmap_count(f->state, 2 * n, 3 * n);
+	spin_unlock(&f->state_lock);
+}
+
+/*
+ * Unstable state changes on the completion and flush paths only, never on
+ * the write fast path, so one-block folios take the state lock here too:
+ * the flag and the epoch must change together.
+ */
+int folio_mark_unstable(struct folio *f, size_t off, size_t len,
+			uint64_t epoch)
+{
+	if (folio_check_range(f, off, len) || !len)
+		return 0;
+	int ret = 0;
+	spin_lock(&f->state_lock);
+	if (f->nblocks_minus1) {
+		size_t n = folio_nblocks(f), first, end;
+		blocks_outward(f, off, len, &first, &end);
+		bitmap_set_range(f->state, 2 * n + first, 2 * n + end);
+	}
+	unsigned old = atomic_fetch_or_explicit(&f->flags, FOLIO_F_UNSTABLE,
+						memory_order_acq_rel);
+	if (!(old & FOLIO_F_UNSTABLE))
+		ret = FOLIO_BECAME_UNSTABLE;
+	if (epoch > f->unstable_epoch)
+		f->unstable_epoch = epoch;
+	spin_unlock(&f->state_lock);
+	return ret;
+}
+
+/* Caller holds the state lock: drop every unstable bit and the flag. */
+static void unstable_clear_all(struct folio *f)
+{
+	if (f->nblocks_minus1) {
+		size_t n = folio_nblocks(f);
+		bitmap_clear_range(f->state, 2 * n, 3 * n);
+	}
+	atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_UNSTABLE,
+				  memory_order_release);
+}
+
+bool folio_stabilize(struct folio *f, uint64_t epoch)
+{
+	if (!folio_test_unstable(f))
+		return false;
+	spin_lock(&f->state_lock);
+	/* A write that completed after the flush began may not be covered
+	 * by it: keep the whole folio for the next flush (one epoch per
+	 * folio keeps the header small; the cost is a later release). */
+	if (f->unstable_epoch <= epoch)
+		unstable_clear_all(f);
+	bool left = load_flags(f) & FOLIO_F_UNSTABLE;
+	spin_unlock(&f->state_lock);
+	return left;
+}
+
+int folio_redirty_unstable(struct folio *f)
+{
+	if (!folio_test_unstable(f))
+		return 0;
+	spin_lock(&f->state_lock);
+	unsigned flags = load_flags(f);
+	if (!(flags & FOLIO_F_UNSTABLE)) {
+		spin_unlock(&f->state_lock);
+		return 0;
+	}
+	if (f->nblocks_minus1) {
+		size_t n = folio_nblocks(f), b = 2 * n;
+		while ((b = bitmap_next_set(f->state, b, 3 * n)) < 3 * n) {
+			size_t e = bitmap_next_clear(f->state, b, 3 * n);
+			bitmap_set_range(f->state, b - n, e - n);
+			b = e;
+		}
+	}
+	unstable_clear_all(f);
+	unsigned old = atomic_fetch_or_explicit(&f->flags, FOLIO_F_DIRTY,
+						memory_order_acq_rel);
+	spin_unlock(&f->state_lock);
+	return (old & FOLIO_F_DIRTY) ? 0 : FOLIO_BECAME_DIRTY;
+}
+
+void folio_forget_unstable(struct folio *f, size_t off, size_t len)
+{
+	size_t first, end;
+	if (!folio_test_unstable(f) ||
+	    clear_range(f, off, len, &first, &end) <= 0)
+		return;
+	spin_lock(&f->state_lock);
+	if (!f->nblocks_minus1) {
+		unstable_clear_all(f);
+	} else {
+		size_t n = folio_nblocks(f);
+		bitmap_clear_range(f->state, 2 * n + first, 2 * n + end);
+		if (!bitmap_any_set(f->state, 2 * n, 3 * n))
+			unstable_clear_all(f);
+	}
 	spin_unlock(&f->state_lock);
 }

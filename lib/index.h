@@ -48,7 +48,8 @@
 
 #define INDEX_TAG_DIRTY 0u
 #define INDEX_TAG_WRITEBACK 1u
-#define INDEX_TAG_COUNT 2u
+#define INDEX_TAG_UNSTABLE 2u
+#define INDEX_TAG_COUNT 3u
 
 /* Largest entry: 2^20 keys (a 512 MiB folio at a 512-byte min size). */
 #define INDEX_MAX_ORDER 20u

@@ -49,6 +49,30 @@ static inline unsigned ilog2_u64(uint64_t x)
  * and fits an int64_t/ssize_t return. */
 #define FOLIO_MAX_POS (UINT64_C(1) << 62)
 
+/*
+ * The sized-struct idiom of every options, ops and stats struct (libbpf's
+ * OPTS_VALID): a caller built against an older header passes a smaller sz
+ * and gets defaults for the fields it lacks; a newer caller's larger
+ * struct is accepted when every byte past what this library knows is
+ * zero, and refused with -E2BIG otherwise, so a field the library does
+ * not know is never silently ignored. Below `min` (the fields every
+ * caller must have) is -EINVAL.
+ */
+static inline int sized_check(const void *p, size_t sz, size_t min,
+			      size_t known)
+{
+	if (!p || sz < min)
+		return -EINVAL;
+	for (size_t i = known; i < sz; i++)
+		if (((const unsigned char *)p)[i])
+			return -E2BIG;
+	return 0;
+}
+
+/* offsetof + sizeof of a member: the size a struct must have to hold it. */
+#define SIZEOF_THROUGH(type, member) \
+	(offsetof(type, member) + sizeof(((type *)0)->member))
+
 /* ---- folio ---------------------------------------------------------- */
 
 /* Folio flag bits (struct folio.flags). */
@@ -58,11 +82,14 @@ static inline unsigned ilog2_u64(uint64_t x)
 #define FOLIO_F_LOCKED 0x08u
 #define FOLIO_F_WAITERS 0x10u  /* someone sleeps on the flags word */
 #define FOLIO_F_REMOVED 0x20u  /* no longer in its mapping's index */
+#define FOLIO_F_UNSTABLE 0x40u /* some block is written but not yet flushed */
+#define FOLIO_F_WRITE_BEGIN 0x80u /* LOCKED was taken by write_begin() */
 
 /*
- * Header is 48 bytes on LP64; the per-block state follows in the same
- * allocation: bits [0, N) uptodate, [N, 2N) dirty. With N == 1 there is no
- * bitmap at all and the UPTODATE/DIRTY flags are the state.
+ * Header is 64 bytes on LP64; the per-block state follows in the same
+ * allocation: bits [0, N) uptodate, [N, 2N) dirty, [2N, 3N) unstable
+ * (written, not yet flushed). With N == 1 there is no bitmap at all and
+ * the UPTODATE/DIRTY/UNSTABLE flags are the state.
  */
 struct folio {
 	atomic_uint flags;
@@ -77,6 +104,12 @@ struct folio {
 	atomic_llong wb_pending;
 	/* The mapping that indexes this folio (NULL for bare folios). */
 	struct folio_mapping *mapping;
+	/* The newest flush epoch in which a write of this folio completed
+	 * (see folio_mark_unstable()); under state_lock. */
+	uint64_t unstable_epoch;
+	/* What write_begin() prepared: write_end() accepts nothing else.
+	 * Valid while FOLIO_F_WRITE_BEGIN is set (under the folio lock). */
+	uint32_t begin_off, begin_len;
 	uint64_t state[];
 };
 
@@ -98,8 +131,38 @@ int folio_alloc(struct folio **out, uint64_t pos, size_t size,
 int folio_take_dirty_from(struct folio *f, size_t from,
 			  struct folio_range *runs, size_t max_runs);
 
-/* Number of uptodate and dirty blocks (statistics). */
-void folio_count_blocks(struct folio *f, size_t *uptodate, size_t *dirty);
+/* Number of uptodate, dirty and unstable blocks (statistics). */
+void folio_count_blocks(struct folio *f, size_t *uptodate, size_t *dirty,
+			size_t *unstable);
+
+/*
+ * Unstable blocks: bytes a completed write put in the backing store that
+ * no flush has yet made durable. They are clean, but the cache must keep
+ * them until a flush that began after their write completed succeeds,
+ * and make them dirty again when a flush fails. `epoch` is the mapping's
+ * flush epoch read when the write completed.
+ */
+#define FOLIO_BECAME_UNSTABLE 4 /* internal: the folio had no unstable block */
+/* Mark the blocks touched by [off, off+len) unstable. Returns
+ * FOLIO_BECAME_UNSTABLE or 0. */
+int folio_mark_unstable(struct folio *f, size_t off, size_t len,
+			uint64_t epoch);
+/* A flush that began in `epoch` succeeded: forget the unstable blocks
+ * when every write behind them completed in `epoch` or earlier. Returns
+ * whether the folio still has unstable blocks. */
+bool folio_stabilize(struct folio *f, uint64_t epoch);
+/* A flush failed: every unstable block becomes dirty again. Returns
+ * FOLIO_BECAME_DIRTY when the folio was clean before, else 0. */
+int folio_redirty_unstable(struct folio *f);
+/* Forget the unstable state of blocks wholly inside [off, off+len) (the
+ * data is gone: truncated or discarded). */
+void folio_forget_unstable(struct folio *f, size_t off, size_t len);
+
+static inline bool folio_test_unstable(const struct folio *f)
+{
+	return atomic_load_explicit(&((struct folio *)f)->flags,
+				    memory_order_acquire) & FOLIO_F_UNSTABLE;
+}
 
 /* Flags word helpers. Waking is folded into clearing: whoever clears a bit
  * that someone may sleep on clears WAITERS with it and wakes everyone;

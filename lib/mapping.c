@@ -28,7 +28,12 @@ static bool size_ok(size_t v, size_t lo, size_t hi)
 int folio_mapping_new(struct folio_mapping **out,
 		      const struct folio_mapping_opts *opts)
 {
-	if (!out || !opts || opts->sz < OPTS_MIN_SZ || !opts->engine)
+	if (!out || !opts)
+		return -EINVAL;
+	int r = sized_check(opts, opts->sz, OPTS_MIN_SZ, sizeof(*opts));
+	if (r)
+		return r;
+	if (!opts->engine)
 		return -EINVAL;
 	size_t bs = opts->block_size ? opts->block_size : DEFAULT_BLOCK_SIZE;
 	size_t min = opts->min_folio_size ? opts->min_folio_size : bs;
@@ -56,6 +61,12 @@ int folio_mapping_new(struct folio_mapping **out,
 		free(m);
 		return -ENOMEM;
 	}
+	if (mapping_commit_init(m)) {
+		pthread_rwlock_destroy(&m->index_lock);
+		brlock_destroy(&m->io_lock);
+		free(m);
+		return -ENOMEM;
+	}
 	index_init(&m->index);
 	m->engine = opts->engine;
 	m->block_shift = ilog2_u64(bs);
@@ -63,6 +74,8 @@ int folio_mapping_new(struct folio_mapping **out,
 	m->max_shift = ilog2_u64(max);
 	m->flags = opts->flags;
 	atomic_init(&m->size, opts->size);
+	atomic_init(&m->backing_size, opts->size);
+	atomic_init(&m->flush_epoch, 1);
 	m->id = atomic_fetch_add(&next_mapping_id, 1);
 	atomic_init(&m->remove_gen, 0);
 	atomic_fetch_add(&opts->engine->users, 1);
@@ -70,7 +83,8 @@ int folio_mapping_new(struct folio_mapping **out,
 	return 0;
 }
 
-/* Does any folio still hold dirty data or I/O? */
+/* Does any folio still hold data the store may lack (dirty, or written
+ * but not flushed), or I/O, or a write_begin() without its write_end()? */
 static bool mapping_busy(struct folio_mapping *m)
 {
 	if (atomic_load(&m->wb_inflight))
@@ -83,7 +97,7 @@ static bool mapping_busy(struct folio_mapping *m)
 	while (!busy && (f = index_find(&m->index, &key, UINT64_MAX, &order))) {
 		unsigned flags = atomic_load(&f->flags);
 		busy = flags & (FOLIO_F_DIRTY | FOLIO_F_WRITEBACK |
-				FOLIO_F_LOCKED);
+				FOLIO_F_LOCKED | FOLIO_F_UNSTABLE);
 		key += UINT64_C(1) << order;
 		if (!key)
 			break;
@@ -113,6 +127,7 @@ int folio_mapping_free(struct folio_mapping *m)
 	brlock_write_unlock(&m->io_lock);
 	brlock_destroy(&m->io_lock);
 	pthread_rwlock_destroy(&m->index_lock);
+	mapping_commit_destroy(m);
 	atomic_fetch_sub(&m->engine->users, 1);
 	free(m);
 	return 0;
@@ -267,21 +282,47 @@ struct folio *mapping_next_folio(struct folio_mapping *m, uint64_t *key,
 	return f;
 }
 
-void mapping_tag_dirty(struct folio_mapping *m, struct folio *f)
+/* Caller holds index_lock. REMOVED changes under the exclusive side, so
+ * a folio seen in the index here is the one at its key: a tag change
+ * never reaches a newer folio that took a removed one's place (completions
+ * and flushes hold only a reference, not io_lock). */
+static bool still_indexed(const struct folio *f)
+{
+	return !(atomic_load(&((struct folio *)f)->flags) & FOLIO_F_REMOVED);
+}
+
+void mapping_tag_set(struct folio_mapping *m, struct folio *f, unsigned tag)
 {
 	pthread_rwlock_rdlock(&m->index_lock);
-	index_tag_set(&m->index, mapping_key(m, f->pos), folio_order_in(m, f),
-		      INDEX_TAG_DIRTY);
+	if (still_indexed(f))
+		index_tag_set(&m->index, mapping_key(m, f->pos),
+			      folio_order_in(m, f), tag);
 	pthread_rwlock_unlock(&m->index_lock);
+}
+
+void mapping_tag_clear_unless(struct folio_mapping *m, struct folio *f,
+			      unsigned tag, bool (*still)(const struct folio *))
+{
+	pthread_rwlock_wrlock(&m->index_lock);
+	/* A folio that left the index has no tags to clear. */
+	if (still_indexed(f) && (!still || !still(f)))
+		index_tag_clear(&m->index, mapping_key(m, f->pos),
+				folio_order_in(m, f), tag);
+	pthread_rwlock_unlock(&m->index_lock);
+}
+
+void mapping_tag_dirty(struct folio_mapping *m, struct folio *f)
+{
+	mapping_tag_set(m, f, INDEX_TAG_DIRTY);
 }
 
 void mapping_remove_folio(struct folio_mapping *m, struct folio *f)
 {
 	atomic_fetch_add_explicit(&m->remove_gen, 1, memory_order_relaxed);
 	pthread_rwlock_wrlock(&m->index_lock);
+	atomic_fetch_or(&f->flags, FOLIO_F_REMOVED);
 	index_remove(&m->index, mapping_key(m, f->pos), folio_order_in(m, f));
 	pthread_rwlock_unlock(&m->index_lock);
-	atomic_fetch_or(&f->flags, FOLIO_F_REMOVED);
 	f->mapping = NULL;
 	folio_put(f);
 }
@@ -317,8 +358,11 @@ void mapping_zero_past_eof(struct folio_mapping *m, struct folio *f,
 int folio_mapping_stats(struct folio_mapping *m,
 			struct folio_mapping_stats *st)
 {
-	if (!m || !st || st->sz < sizeof(size_t))
+	if (!m || !st)
 		return -EINVAL;
+	int r = sized_check(st, st->sz, sizeof(size_t), sizeof(*st));
+	if (r)
+		return r;
 	struct folio_mapping_stats s;
 	memset(&s, 0, sizeof(s));
 	s.sz = st->sz;
@@ -342,10 +386,11 @@ int folio_mapping_stats(struct folio_mapping *m,
 	unsigned order;
 	struct folio *f;
 	while ((f = index_find(&m->index, &key, UINT64_MAX, &order))) {
-		size_t up, dirty;
-		folio_count_blocks(f, &up, &dirty);
+		size_t up, dirty, unstable;
+		folio_count_blocks(f, &up, &dirty, &unstable);
 		s.cached_bytes += (uint64_t)up << f->block_shift;
 		s.dirty_bytes += (uint64_t)dirty << f->block_shift;
+		s.unstable_bytes += (uint64_t)unstable << f->block_shift;
 		s.folios++;
 		unsigned shift = f->size_shift - 9;
 		if (shift < FOLIO_STATS_SHIFTS)

@@ -3,13 +3,16 @@
  * The mapping (the cache of one object) as seen by its modules:
  * mapping.c (life cycle, folio lookup/creation, tags, stats), rw.c (buffered
  * read and write), truncate.c (truncate, invalidate), request.c (building
- * engine requests) and writeback.c.
+ * engine requests), writeback.c, commit.c (flushes and unstable data) and
+ * errseq.c (error reporting).
  *
  * Lock order, outermost first:
  *   io_lock (brlock: shared for read/write/writeback, exclusive for
  *            truncate and invalidate, which change which folios exist
  *            beyond what a reader or writer could observe mid-call)
  *   folio LOCKED bits, in ascending position order
+ *   commit.lock (only around the bookkeeping of who flushes; never held
+ *               across a flush or a folio lock)
  *   index_lock (rwlock around the radix tree; tags are set under the
  *               shared side with atomics, cleared under the exclusive side)
  *   folio state spinlock
@@ -38,6 +41,10 @@ struct folio_mapping {
 	struct fs_index index;
 
 	_Atomic uint64_t size; /* EOF */
+	/* The backing object's size as far as this mapping knows: the size
+	 * it was opened with, raised by completed writes, set by truncate.
+	 * Where an invalidated tail leaves EOF (truncate.c). */
+	_Atomic uint64_t backing_size;
 
 	/* Unique per mapping ever created, and bumped whenever a folio
 	 * leaves the index (always under io_lock exclusively): together they
@@ -51,6 +58,16 @@ struct folio_mapping {
 	atomic_int last_error;
 
 	folio_errseq_t own_cursor; /* for folio_mapping_sync(m, NULL) */
+
+	/* Flushes (commit.c). A write completing in epoch E is covered by a
+	 * flush that starts after the epoch moved past E. */
+	_Atomic uint64_t flush_epoch;
+	struct {
+		pthread_mutex_t lock;
+		pthread_cond_t done_cond;
+		bool running;
+		uint64_t started, finished; /* flush generations */
+	} commit;
 
 	/* Write requests in flight: free refuses while there are any. */
 	atomic_uint wb_inflight;
@@ -121,9 +138,44 @@ struct folio *mapping_find_folio(struct folio_mapping *m, uint64_t pos,
 struct folio *mapping_next_folio(struct folio_mapping *m, uint64_t *key,
 				 uint64_t last, int tag);
 
-/* Tag the folio dirty in the index. Call with the folio locked, after a
- * state change returned FOLIO_BECAME_DIRTY. */
+/* Tag the folio dirty in the index, after a state change returned
+ * FOLIO_BECAME_DIRTY. */
 void mapping_tag_dirty(struct folio_mapping *m, struct folio *f);
+
+/* Set or clear one index tag of a folio. Clearing re-checks the folio's
+ * state under the exclusive index lock (`still` says whether the state
+ * the tag stands for came back meanwhile), so a racing setter's tag is
+ * never lost. */
+void mapping_tag_set(struct folio_mapping *m, struct folio *f, unsigned tag);
+void mapping_tag_clear_unless(struct folio_mapping *m, struct folio *f,
+			      unsigned tag, bool (*still)(const struct folio *));
+
+/* ---- flushes and unstable data (commit.c) ---------------------------- */
+
+int mapping_commit_init(struct folio_mapping *m);
+void mapping_commit_destroy(struct folio_mapping *m);
+
+/* A write of [off, off+len) of f completed: the bytes are unstable. */
+void mapping_mark_unstable(struct folio_mapping *m, struct folio *f,
+			   size_t off, size_t len);
+
+/*
+ * Make every write that completed before the call durable: run the
+ * engine's flush() (or wait for one that another thread started after
+ * the call), then release the unstable blocks it covers, or on failure
+ * make every unstable block dirty again and record the error. Flushes of
+ * one mapping run one at a time, and a thread arriving while one runs
+ * shares the next. Returns 0 or the flush's error.
+ */
+int mapping_commit(struct folio_mapping *m);
+
+/* ---- error sequence (errseq.c) --------------------------------------- */
+
+/* Record an error. Call it before waking anyone who waits for the
+ * operation that failed. */
+void errseq_record(struct folio_mapping *m, int err);
+/* Report an error the cursor has not seen, advancing it; 0 if none. */
+int errseq_check_advance(struct folio_mapping *m, folio_errseq_t *cursor);
 
 /* Remove a folio from the index and drop the index's reference. Caller
  * holds the folio lock and io_lock exclusively. */
@@ -137,6 +189,10 @@ void mapping_zero_past_eof(struct folio_mapping *m, struct folio *f,
 			   size_t off, size_t len, uint64_t eof);
 
 /* ---- requests (request.c) ------------------------------------------ */
+
+/* Request limits when the caller sets none. */
+#define RQ_DEFAULT_MAX_BYTES ((size_t)1 << 20)
+#define RQ_DEFAULT_MAX_SEGS 256u
 
 struct rq_seg {
 	struct folio *folio;

@@ -10,9 +10,6 @@
 
 #include "mapping.h"
 
-#define DEFAULT_MAX_BYTES (1u << 20)
-#define DEFAULT_MAX_SEGS 256u
-
 int map_resolve(struct folio_mapping *m, struct map_cache *mc, uint64_t pos,
 		uint64_t len, uint64_t *dev, uint64_t *avail, uint32_t *flags)
 {
@@ -54,8 +51,8 @@ void rqb_init(struct rq_builder *b, struct folio_mapping *m,
 	b->op = op;
 	b->group = group;
 	b->end_io = end_io;
-	b->max_bytes = DEFAULT_MAX_BYTES;
-	b->max_segs = DEFAULT_MAX_SEGS;
+	b->max_bytes = RQ_DEFAULT_MAX_BYTES;
+	b->max_segs = RQ_DEFAULT_MAX_SEGS;
 }
 
 void mapping_io_free(struct mapping_io *io)

@@ -21,41 +21,13 @@
 /* Runs taken from a folio per lock round trip. */
 #define RUNS_PER_TAKE 64
 
-static void errseq_record(struct folio_mapping *m, int err)
-{
-	atomic_store(&m->last_error, err);
-	/* The low bit is unused: a counter step of 2 keeps 0 free to mean
-	 * "no error ever" without a separate flag. */
-	atomic_fetch_add(&m->errseq, 2);
-}
-
-folio_errseq_t folio_mapping_err_cursor(struct folio_mapping *m)
-{
-	return m ? atomic_load(&m->errseq) : 0;
-}
-
-/* Report an error the cursor has not seen, advancing it. */
-static int errseq_check_advance(struct folio_mapping *m,
-				folio_errseq_t *cursor)
-{
-	uint64_t now = atomic_load(&m->errseq);
-	if (now == *cursor)
-		return 0;
-	*cursor = now;
-	int err = atomic_load(&m->last_error);
-	return err ? err : -EIO;
-}
-
 /* A folio's share of a request finished (bytes counted against its bias). */
 static void folio_wb_done(struct folio_mapping *m, struct folio *f,
 			  long long bytes)
 {
 	if (atomic_fetch_sub(&f->wb_pending, bytes) != bytes)
 		return;
-	pthread_rwlock_wrlock(&m->index_lock);
-	index_tag_clear(&m->index, mapping_key(m, f->pos), folio_order_in(m, f),
-			INDEX_TAG_WRITEBACK);
-	pthread_rwlock_unlock(&m->index_lock);
+	mapping_tag_clear_unless(m, f, INDEX_TAG_WRITEBACK, NULL);
 	folio_clear_flag_wake(f, FOLIO_F_WRITEBACK);
 	folio_put(f); /* the reference writeback took */
 }
@@ -69,6 +41,14 @@ static void redirty(struct folio_mapping *m, struct folio *f, size_t off,
 		mapping_tag_dirty(m, f);
 }
 
+static void backing_size_grow(struct folio_mapping *m, uint64_t end)
+{
+	uint64_t cur = atomic_load(&m->backing_size);
+	while (cur < end &&
+	       !atomic_compare_exchange_weak(&m->backing_size, &cur, end))
+		;
+}
+
 static void wb_end_io(struct fs_io *rq, ssize_t result)
 {
 	struct mapping_io *io = container_of(rq, struct mapping_io, base);
@@ -78,24 +58,31 @@ static void wb_end_io(struct fs_io *rq, ssize_t result)
 	size_t good = result < 0 ? 0 : MIN((size_t)result, len);
 	bool drop = err && (m->flags & FOLIO_MAPPING_DROP_ON_ERROR);
 
-	if (err)
-		stat_add(&m->stats.errors, 1);
-	else if (good < len)
-		stat_add(&m->stats.retries, 1);
-
+	/* Everything a waiter acts on is in place before the first folio's
+	 * writeback ends: the bytes that did not make it are dirty again,
+	 * the bytes that did are unstable, and the error or short count is
+	 * recorded; a sync woken by the end of writeback then sees all of
+	 * it. */
 	size_t at = 0;
 	for (unsigned i = 0; i < io->nsegs; i++) {
 		struct rq_seg *s = &io->segs[i];
 		size_t ok = good > at ? MIN(good - at, s->len) : 0;
+		if (ok)
+			mapping_mark_unstable(m, s->folio, s->off, ok);
 		if (ok < s->len && !drop)
 			redirty(m, s->folio, s->off + ok, s->len - ok);
 		at += s->len;
-		folio_wb_done(m, s->folio, (long long)s->len);
 	}
-	if (err)
+	if (good)
+		backing_size_grow(m, io->base.io.pos + good);
+	if (err) {
 		errseq_record(m, err);
-	else if (good < len)
+	} else if (good < len) {
+		stat_add(&m->stats.retries, 1);
 		atomic_fetch_add(&m->short_writes, 1);
+	}
+	for (unsigned i = 0; i < io->nsegs; i++)
+		folio_wb_done(m, io->segs[i].folio, (long long)io->segs[i].len);
 	/* The pass waiting for this request may return (and its group go
 	 * away) as soon as the group drops: touch nothing after that. */
 	struct io_group *group = io->group;
@@ -114,21 +101,26 @@ struct wb_params {
 	size_t merge_gap;
 };
 
-static int parse_opts(const struct folio_writeback_opts *o,
-		      struct wb_params *p)
+static int parse_opts(const struct folio_mapping *m,
+		      const struct folio_writeback_opts *o, struct wb_params *p)
 {
 	memset(p, 0, sizeof(*p));
 	p->end = FOLIO_MAX_POS;
-	p->max_request = 1u << 20;
-	p->max_segments = 256;
+	p->max_request = RQ_DEFAULT_MAX_BYTES;
+	p->max_segments = RQ_DEFAULT_MAX_SEGS;
 	if (!o)
 		return 0;
-	if (o->sz < offsetof(struct folio_writeback_opts, merge_gap) +
-			    sizeof(o->merge_gap) ||
-	    (o->flags & ~FOLIO_WB_WAIT) ||
-	    (o->end && o->end < o->start) ||
+	int r = sized_check(o, o->sz,
+			    SIZEOF_THROUGH(struct folio_writeback_opts,
+					   merge_gap),
+			    sizeof(*o));
+	if (r)
+		return r;
+	/* A request smaller than a block could never carry a dirty block. */
+	if ((o->flags & ~FOLIO_WB_WAIT) || (o->end && o->end < o->start) ||
 	    o->max_segments > MAX_SEGMENTS_LIMIT ||
-	    (o->max_request && o->max_request < FOLIO_MIN_BLOCK_SIZE))
+	    (o->max_request &&
+	     o->max_request < ((size_t)1 << m->block_shift)))
 		return -EINVAL;
 	p->start = o->start;
 	if (o->end)
@@ -172,8 +164,13 @@ static int merge_gaps(struct folio *f, struct folio_range *runs, int n,
  * Returns the bytes queued.
  */
 static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
-				struct folio *f, uint64_t eof, size_t gap)
+				struct folio *f, size_t gap)
 {
+	/* EOF as of now, under the folio lock: a writer grows EOF before it
+	 * unlocks the folio it appended to, so every dirty byte of this
+	 * folio lies below it. An EOF read at the start of the pass could
+	 * be older than bytes appended since. */
+	uint64_t eof = mapping_eof(m);
 	long long bias = (long long)folio_size(f) + 1;
 	folio_get(f);
 	atomic_store(&f->wb_pending, bias);
@@ -192,11 +189,15 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
 		n = merge_gaps(f, runs, n, gap);
 		for (int i = 0; i < n; i++) {
 			uint64_t pos = f->pos + runs[i].off;
-			/* Truncate cleans blocks past EOF, but a run may
-			 * still end in the block holding EOF: write only up
-			 * to EOF so the store does not grow past it. */
-			if (pos >= eof)
+			/* A run may end in the block holding EOF: write
+			 * only up to EOF so the store does not grow past
+			 * it. A run wholly past EOF cannot exist (see
+			 * above); were there one, it stays dirty rather
+			 * than vanish unwritten. */
+			if (pos >= eof) {
+				redirty(m, f, runs[i].off, runs[i].len);
 				continue;
+			}
 			size_t len = (size_t)MIN((uint64_t)runs[i].len,
 						 eof - pos);
 			uint64_t before = b->added;
@@ -209,17 +210,12 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
 				redirty(m, f, runs[i].off + got,
 					runs[i].len - got);
 				errseq_record(m, r);
-				stat_add(&m->stats.errors, 1);
 			}
 		}
 	}
 
 	/* Dirty bits are gone: drop the tag unless a run was put back. */
-	pthread_rwlock_wrlock(&m->index_lock);
-	if (!folio_test_dirty(f))
-		index_tag_clear(&m->index, mapping_key(m, f->pos),
-				folio_order_in(m, f), INDEX_TAG_DIRTY);
-	pthread_rwlock_unlock(&m->index_lock);
+	mapping_tag_clear_unless(m, f, INDEX_TAG_DIRTY, folio_test_dirty);
 
 	folio_wb_done(m, f, bias - (long long)queued);
 	return queued;
@@ -260,8 +256,10 @@ static int64_t writeback_pass(struct folio_mapping *m,
 	b.max_segs = p->max_segments;
 
 	brlock_read_lock(&m->io_lock);
-	uint64_t eof = mapping_eof(m);
-	uint64_t end = MIN(p->end, eof);
+	/* Folios appended past this EOF during the pass are left for the
+	 * next one; those below it are written up to EOF as it is when
+	 * each is locked. */
+	uint64_t end = MIN(p->end, mapping_eof(m));
 	uint64_t queued = 0;
 	if (p->start < end) {
 		uint64_t key = mapping_key(m, p->start);
@@ -281,18 +279,13 @@ static int64_t writeback_pass(struct folio_mapping *m,
 				mapping_wait_writeback(m, f);
 			}
 			if (folio_test_dirty(f)) {
-				queued += writeback_folio(m, &b, f, eof,
+				queued += writeback_folio(m, &b, f,
 							  p->merge_gap);
 			} else {
 				/* A stale tag (the runs went out with an
 				 * earlier pass): drop it. */
-				pthread_rwlock_wrlock(&m->index_lock);
-				if (!folio_test_dirty(f))
-					index_tag_clear(&m->index,
-							mapping_key(m, f->pos),
-							folio_order_in(m, f),
-							INDEX_TAG_DIRTY);
-				pthread_rwlock_unlock(&m->index_lock);
+				mapping_tag_clear_unless(m, f, INDEX_TAG_DIRTY,
+							 folio_test_dirty);
 			}
 			folio_unlock(f);
 			folio_put(f);
@@ -315,7 +308,7 @@ int64_t folio_mapping_writeback(struct folio_mapping *m,
 	if (!m)
 		return -EINVAL;
 	struct wb_params p;
-	int r = parse_opts(opts, &p);
+	int r = parse_opts(m, opts, &p);
 	if (r)
 		return r;
 	return writeback_pass(m, &p);
@@ -331,7 +324,7 @@ int folio_mapping_sync(struct folio_mapping *m, folio_errseq_t *cursor)
 	if (!cursor)
 		cursor = &m->own_cursor;
 	struct wb_params p;
-	parse_opts(NULL, &p);
+	parse_opts(m, NULL, &p);
 	p.wait_busy = true;
 
 	for (int pass = 0;; pass++) {
@@ -343,18 +336,11 @@ int folio_mapping_sync(struct folio_mapping *m, folio_errseq_t *cursor)
 			/* The engine keeps writing short: the rest is still
 			 * dirty, and this sync must not claim success. */
 			errseq_record(m, -EIO);
-			stat_add(&m->stats.errors, 1);
 			break;
 		}
 	}
-
-	struct folio_engine *e = m->engine;
-	int r = e->ops.flush(e->ctx);
-	stat_add(&m->stats.flushes, 1);
-	if (r) {
-		errseq_record(m, r < 0 ? r : -EIO);
-		stat_add(&m->stats.errors, 1);
-	}
+	/* Its error, if any, is in the sequence the cursor reads. */
+	mapping_commit(m);
 	return errseq_check_advance(m, cursor);
 }
 
