@@ -185,7 +185,8 @@ int folio_unlock(struct folio *f)
 		return -EINVAL;
 	if (!test_flag(f, FOLIO_F_LOCKED))
 		return -EPERM;
-	folio_clear_flag_wake(f, FOLIO_F_LOCKED);
+	/* A lock write_begin() took ends here whoever releases it. */
+	folio_clear_flag_wake(f, FOLIO_F_LOCKED | FOLIO_F_WRITE_BEGIN);
 	return 0;
 }
 

@@ -30,6 +30,60 @@ static void read_end_io(struct fs_io *rq, ssize_t result)
 	io_group_done(io->group, err);
 }
 
+/* One piece of folio a finished read filled. */
+struct read_piece {
+	struct folio *folio;
+	size_t off, len;
+};
+
+static int piece_order(const void *a, const void *b)
+{
+	const struct read_piece *x = a, *y = b;
+	if (x->folio->pos != y->folio->pos)
+		return x->folio->pos < y->folio->pos ? -1 : 1;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/*
+ * Some request of the batch failed. A block may have been read in several
+ * pieces (map() extents smaller than a block, or a run cut short by a map
+ * error), so a piece that succeeded proves nothing about the rest of its
+ * block: mark only the blocks that successful pieces cover wholly. Every
+ * run a read queues starts and ends on block boundaries, so with no
+ * failure this marks exactly what was read.
+ */
+static void mark_read_blocks(struct mapping_io *list)
+{
+	size_t n = 0;
+	for (struct mapping_io *io = list; io; io = io->next)
+		if (io->result >= 0)
+			n += io->nsegs;
+	if (!n)
+		return;
+	struct read_piece *p = malloc(n * sizeof(*p));
+	if (!p)
+		return; /* marking nothing only costs a later re-read */
+	size_t k = 0;
+	for (struct mapping_io *io = list; io; io = io->next)
+		for (unsigned i = 0; io->result >= 0 && i < io->nsegs; i++)
+			p[k++] = (struct read_piece){io->segs[i].folio,
+						     io->segs[i].off,
+						     io->segs[i].len};
+	qsort(p, n, sizeof(*p), piece_order);
+	for (size_t i = 0; i < n;) {
+		struct read_piece run = p[i++];
+		while (i < n && p[i].folio == run.folio &&
+		       p[i].off == run.off + run.len)
+			run.len += p[i++].len;
+		size_t mask = folio_block_size(run.folio) - 1;
+		size_t a = (run.off + mask) & ~mask;
+		size_t z = (run.off + run.len) & ~mask;
+		if (a < z)
+			folio_set_uptodate(run.folio, a, z - a);
+	}
+	free(p);
+}
+
 /*
  * Wait for the reads a builder submitted; for each one that succeeded,
  * zero what lies past EOF and (when `mark`) set its blocks uptodate.
@@ -41,23 +95,21 @@ static int finish_reads(struct folio_mapping *m, struct rq_builder *b,
 	int err = io_group_wait(g, m->engine);
 	if (b->error && !err)
 		err = b->error;
-	struct mapping_io *io = b->submitted;
-	while (io) {
-		struct mapping_io *next = io->next;
-		if (io->result >= 0) {
-			for (unsigned i = 0; i < io->nsegs; i++) {
-				struct rq_seg *s = &io->segs[i];
-				mapping_zero_past_eof(m, s->folio, s->off,
-						      s->len, eof);
-				if (mark)
-					folio_set_uptodate(s->folio, s->off,
-							   s->len);
-			}
+	for (struct mapping_io *io = b->submitted; io; io = io->next) {
+		for (unsigned i = 0; io->result >= 0 && i < io->nsegs; i++) {
+			struct rq_seg *s = &io->segs[i];
+			mapping_zero_past_eof(m, s->folio, s->off, s->len, eof);
+			if (mark && !err)
+				folio_set_uptodate(s->folio, s->off, s->len);
 		}
-		mapping_io_free(io);
-		io = next;
 	}
-	b->submitted = NULL;
+	if (mark && err)
+		mark_read_blocks(b->submitted);
+	while (b->submitted) {
+		struct mapping_io *next = b->submitted->next;
+		mapping_io_free(b->submitted);
+		b->submitted = next;
+	}
 	return err;
 }
 
@@ -235,6 +287,11 @@ ssize_t folio_mapping_write_begin(struct folio_mapping *m, uint64_t pos,
 		folio_put(f);
 		return err;
 	}
+	/* write_end() accepts exactly this: its edges are valid, nothing
+	 * else is known to be. */
+	f->begin_off = (uint32_t)off;
+	f->begin_len = (uint32_t)n;
+	atomic_fetch_or(&f->flags, FOLIO_F_WRITE_BEGIN);
 	*folio = f;
 	return (ssize_t)n;
 }
@@ -244,27 +301,26 @@ ssize_t folio_mapping_write_end(struct folio_mapping *m, struct folio *f,
 {
 	if (!m || !f)
 		return -EINVAL;
-	bool mine = f->mapping == m && folio_test_locked(f) &&
-		    !(atomic_load(&f->flags) & FOLIO_F_REMOVED);
-	if (!mine)
+	unsigned flags = atomic_load(&f->flags);
+	bool mine = f->mapping == m && (flags & FOLIO_F_LOCKED) &&
+		    (flags & FOLIO_F_WRITE_BEGIN) &&
+		    !(flags & FOLIO_F_REMOVED);
+	/* Only the range write_begin() prepared: its start, at most its
+	 * length. Anything else would commit bytes nobody made valid. */
+	if (!mine || pos != f->pos + f->begin_off || copied > f->begin_len)
 		return -EINVAL;
-	ssize_t ret = -EINVAL;
-	if (pos >= f->pos && pos - f->pos <= folio_size(f) &&
-	    copied <= folio_size(f) - (size_t)(pos - f->pos)) {
-		size_t off = (size_t)(pos - f->pos), end = off + copied;
-		size_t mask = folio_block_size(f) - 1;
-		/* write_begin made only the edges of the planned range valid;
-		 * a short copy that ends inside a block nobody filled must not
-		 * mark that block, so the count stops at its start. */
-		if ((end & mask) && folio_is_uptodate(f, end & ~mask, 1) == 0)
-			end = MAX(off, end & ~mask);
-		if (end > off)
-			commit_write(m, f, off, end - off);
-		ret = (ssize_t)(end - off);
-	}
-	folio_unlock(f);
+	size_t off = f->begin_off, end = off + copied;
+	size_t mask = folio_block_size(f) - 1;
+	/* write_begin made only the edges of the planned range valid; a
+	 * short copy that ends inside a block nobody filled must not mark
+	 * that block, so the count stops at its start. */
+	if ((end & mask) && folio_is_uptodate(f, end & ~mask, 1) == 0)
+		end = MAX(off, end & ~mask);
+	if (end > off)
+		commit_write(m, f, off, end - off);
+	folio_unlock(f); /* clears WRITE_BEGIN with LOCKED */
 	folio_put(f);
-	return ret;
+	return (ssize_t)(end - off);
 }
 
 /* One folio of a read batch and the part of it the caller wants. */

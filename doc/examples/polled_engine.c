@@ -178,7 +178,11 @@ int main(void)
 	CHECK(d.submits == 2 && d.unplugs >= 1 && d.waits >= 1);
 	CHECK(st.map_calls == d.maps && d.maps >= 4); /* one per extent */
 
-	/* Reads go through map() and wait() as well. */
+	/* Reads go through map() and wait() as well. Written data stays
+	 * cached (unstable) until a flush made it durable: sync, then drop
+	 * the cache. */
+	CHECK(folio_mapping_invalidate(m, 0, 0, 0) == -EBUSY);
+	CHECK(folio_mapping_sync(m, NULL) == 0);
 	CHECK(folio_mapping_invalidate(m, 0, 0, 0) == 0);
 	unsigned char back[5000];
 	CHECK(folio_mapping_read(m, back, sizeof(back), 99000) ==
