@@ -47,14 +47,18 @@
  * longer than the extents, and the fresh mapping must read exactly what
  * pread() reads.
  *
- * Rounds: each variant runs >= 20 rounds (3 under valgrind). A round
- * either starts on an empty file or continues on the previous one (the
- * child takes the file size, overwrites old records through its new
- * mapping, and keeps appending). Geometry (block 512..4096, folios
- * 4 KiB..2 MiB), batch mix and the kill moment (3..200 ms after the fork,
- * or right after the Nth acknowledgement) come from the seed. Variants:
- * posix engine, io_uring engine (skipped when unavailable), and a
- * background writer that uses FOLIO_WB_WAIT passes.
+ * Rounds: each variant runs 24 rounds (3 under valgrind, killed after 1..3
+ * acknowledgements). Round 0 starts on an empty file, round 1 continues on
+ * it, later rounds do either (the child takes the file size, overwrites
+ * old records through its new mapping, and keeps appending up to 8 MiB).
+ * Geometry (round 0: 4 KiB blocks, 64 KiB folios; then blocks 512..4096,
+ * folios 4 KiB..2 MiB), batch mix and the kill moment (3..200 ms after the
+ * fork, or 0..3 ms after the Nth acknowledgement, N = 1..20) come from the
+ * seed. Variants: posix engine, io_uring engine (skipped when
+ * unavailable), and a background writer that uses FOLIO_WB_WAIT passes.
+ * The file lives in $TMPDIR, else the build directory, else /var/tmp or
+ * /tmp; /dev/shm only as a last resort (the TAP log names the file
+ * system).
  *
  * Replay: FOLIO_TEST_SEED=<seed> (the kill moments still vary with the
  * machine's speed, so a replay explores the same configuration, not
