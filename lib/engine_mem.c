@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "folio_state_mem.h"
 #include "internal.h"
 
 /*

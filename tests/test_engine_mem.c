@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "engine_test_util.h"
+#include "folio_state_mem.h"
 #include "test_util.h"
 
 /* A request whose device place differs from its file position, as a map

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "folio_state.h"
+#include "folio_state_mem.h"
 #include "test_util.h"
 
 #define MIB (1u << 20)

@@ -1,0 +1,232 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libfolio-state: the mem engine, an in-memory backing store for tests
+ * (the library's own and its users'). It injects faults, checks device
+ * positions against its own map, completes requests late and out of order,
+ * and counts everything.
+ *
+ * The conventions of folio_state.h hold here too: 0 or a count on success,
+ * a negative errno on failure, bad input changes nothing, sized structs
+ * start with `size_t sz`. Every function here refuses an engine that is
+ * not a mem engine with -EINVAL.
+ */
+#ifndef FOLIO_STATE_MEM_H
+#define FOLIO_STATE_MEM_H
+
+#include "folio_state.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Largest capacity of a mem engine. */
+#define FOLIO_MEM_MAX_CAPACITY (UINT64_C(1) << 40)
+
+/**
+ * folio_engine_mem() - in-memory backing store for tests and users' own
+ * tests: it injects faults (folio_engine_mem_inject()), checks device
+ * positions against its own map (folio_engine_mem_set_map()) and completes
+ * requests inline, when polled, or from a thread in a pseudo-random order
+ * (folio_engine_mem_set_mode()).
+ * @out:      receives the engine on success.
+ * @capacity: the largest size the store may reach, 1..FOLIO_MEM_MAX_CAPACITY
+ *            bytes. Memory is allocated in 64 KiB chunks as data is
+ *            written, so an unused capacity costs (almost) nothing.
+ *
+ * The store has a size, initially 0. Reads of bytes at file positions at
+ * or past the size give zeros; a write extends the size to the end of the
+ * bytes it wrote. Data lives at device positions (io->dev_pos); without a
+ * map, dev_pos must equal pos. Checks, in order: a request whose dev_pos
+ * disagrees with the map fails with -EIO (counted as misdirected); a write
+ * ending past @capacity fails with -ENOSPC and writes nothing; then the
+ * fault rules. A request with an unknown op, iovecs that do not add up to
+ * len, or a range past 2^62 is refused with -EINVAL. flush() only counts
+ * (and fails when a rule says so); truncate() zeroes and frees the store
+ * past the new size and sets the size (-EFBIG past @capacity). The
+ * engine's wait() never fails: it returns 0 at once when nothing is in
+ * flight, else once at least one request has completed (its completion
+ * returned). Requests whose completion the calling thread is itself
+ * delivering do not count as in flight, so wait() inside a completion
+ * does not wait for itself.
+ *
+ * Thread rules: every mem function and callback is safe to call from any
+ * number of threads at once. Completions are never delivered under the
+ * engine's lock, so a completion may submit again. folio_engine_free()
+ * completes requests still held with -ECANCELED, stops the completion
+ * thread and frees everything; no other call on the engine may be running
+ * then, and it must not run inside a completion.
+ *
+ * Return: 0; -EINVAL for NULL @out or a @capacity of 0 or above
+ * FOLIO_MEM_MAX_CAPACITY; -ENOMEM.
+ */
+FOLIO_EXPORT int folio_engine_mem(struct folio_engine **out,
+				  uint64_t capacity);
+
+/* Which requests a mem fault applies to (struct folio_mem_fault.ops). */
+#define FOLIO_MEM_OP_READ (1u << FOLIO_IO_READ)
+#define FOLIO_MEM_OP_WRITE (1u << FOLIO_IO_WRITE)
+#define FOLIO_MEM_OP_FLUSH 0x4u
+#define FOLIO_MEM_OP_TRUNCATE 0x8u
+
+/**
+ * struct folio_mem_fault - a deterministic fault rule for the mem engine.
+ *
+ * A read or write request matches when its op is in @ops and its file
+ * range [io->pos, io->pos + io->len) overlaps [@pos, @pos + @len) (@len 0:
+ * anywhere; a zero-length request matches when io->pos is in the range).
+ * Every flush() or truncate() call matches a rule with FOLIO_MEM_OP_FLUSH
+ * or FOLIO_MEM_OP_TRUNCATE in @ops, whatever the range. Each rule counts
+ * the calls that match it and fires on matches @skip + 1 to @skip +
+ * @count (@count 0: on every match after the first @skip). When several
+ * rules fire on one call, the one added first decides. Rules see only
+ * requests that passed the map and capacity checks, and count them when
+ * they are submitted, so the submission order decides, not the completion
+ * order.
+ */
+struct folio_mem_fault {
+	size_t sz;        /* sizeof(struct folio_mem_fault) */
+	unsigned ops;     /* FOLIO_MEM_OP_* mask */
+	uint64_t pos;
+	uint64_t len;
+	uint64_t skip;    /* let this many matching calls through first */
+	uint64_t count;   /* then fire this many times (0: forever) */
+	int error;        /* -4095..-1: complete with this error, nothing
+			   * transferred (flush/truncate return it and
+			   * change nothing); or 0 for ... */
+	size_t short_len; /* ... a short transfer: exactly the first
+			   * min(short_len, io->len) bytes are transferred
+			   * and that count is the result (reads and writes
+			   * only; the other bytes are left untouched) */
+};
+
+/**
+ * folio_engine_mem_inject() - add a fault rule (up to 64).
+ * @e:     a mem engine.
+ * @fault: the rule, copied.
+ * Return: 0; -EINVAL for NULL, a non-mem engine, @fault->sz smaller than
+ * the struct, an empty @ops or one with unknown bits, @error outside
+ * -4095..0, both @error and @short_len set or neither (a rule that would do
+ * nothing), a short transfer rule whose @ops includes FLUSH or TRUNCATE,
+ * or @pos + @len overflowing; -ENOSPC when 64 rules exist.
+ * Thread rules: any thread, any time; requests already submitted keep the
+ * fate they were given.
+ */
+FOLIO_EXPORT int folio_engine_mem_inject(struct folio_engine *e,
+					 const struct folio_mem_fault *fault);
+/** folio_engine_mem_clear_faults() - drop every rule (any thread, any
+ * time). Return: 0; -EINVAL for NULL or a non-mem engine. */
+FOLIO_EXPORT int folio_engine_mem_clear_faults(struct folio_engine *e);
+
+/* Completion modes of the mem engine. */
+enum folio_mem_mode {
+	FOLIO_MEM_SYNC = 0,   /* complete inside submit() (default) */
+	FOLIO_MEM_POLL = 1,   /* hold requests; wait() completes them, in a
+			       * pseudo-random order */
+	FOLIO_MEM_THREAD = 2, /* a completion thread completes them after a
+			       * pseudo-random delay, in a pseudo-random order */
+};
+
+/**
+ * folio_engine_mem_set_mode() - choose how requests complete.
+ * @e:    a mem engine.
+ * @mode: FOLIO_MEM_SYNC, FOLIO_MEM_POLL or FOLIO_MEM_THREAD.
+ * @seed: seeds the pseudo-random choices (which held requests complete
+ *        next, how many, the delays), so single-threaded POLL runs are
+ *        reproducible.
+ *
+ * Requests already held are first completed (by the caller, with the
+ * outcome decided when they were submitted); then the new mode applies.
+ * In POLL mode each wait() completes between one and 64 held requests,
+ * picked pseudo-randomly (several threads may wait() at once). In THREAD
+ * mode an engine thread completes one to four held requests at a time
+ * after delays of up to 100 us; wait() then sleeps until some request
+ * completes. Held requests' data moves when they complete, not when they
+ * are submitted, as with a device.
+ *
+ * Thread rules: may run while other threads submit and wait; one switch
+ * at a time; not from a completion delivered by the completion thread.
+ *
+ * Return: 0; -EINVAL for NULL, a non-mem engine or an unknown mode;
+ * -EBUSY while another switch runs; -EDEADLK from the completion thread;
+ * -EAGAIN when the thread cannot start (nothing changed then).
+ */
+FOLIO_EXPORT int folio_engine_mem_set_mode(struct folio_engine *e,
+					   enum folio_mem_mode mode,
+					   uint64_t seed);
+
+/* Largest extent size of folio_engine_mem_set_map(). */
+#define FOLIO_MEM_MAX_EXTENT (UINT64_C(1) << 40)
+
+/**
+ * folio_engine_mem_set_map() - give the mem engine a map() callback.
+ * @e:           a mem engine.
+ * @extent_size: extent size, a power of two from 512 to
+ *               FOLIO_MEM_MAX_EXTENT; 0 removes map() again (then dev_pos
+ *               must equal pos).
+ * @scatter:     false: each extent sits at its own file position on the
+ *               device; true: extent pairs (2k, 2k+1) swap device places,
+ *               so runs that are contiguous in the file are not contiguous
+ *               on the device.
+ *
+ * map(pos) returns the extent holding pos (flags 0) and counts the call.
+ * Every request must then have the dev_pos the map gives its pos, and may
+ * run past the end of its first extent only where the device places stay
+ * contiguous (always without @scatter, never with it); otherwise it fails
+ * with -EIO and counts as misdirected. Peek and poke translate through the
+ * map too.
+ *
+ * Return: 0; -EINVAL for NULL, a non-mem engine, a bad @extent_size, or
+ * @scatter with @extent_size 0; -EBUSY while a mapping uses the engine (it
+ * may cache extents) or while the store is not empty (size > 0: data stays
+ * at its device position, so a new map would scramble it); -ENOMEM.
+ */
+FOLIO_EXPORT int folio_engine_mem_set_map(struct folio_engine *e,
+					  uint64_t extent_size, bool scatter);
+
+struct folio_mem_stats {
+	size_t sz;            /* sizeof(struct folio_mem_stats) */
+	uint64_t read_requests, read_bytes;   /* requests accepted by */
+	uint64_t write_requests, write_bytes; /* submit(); bytes moved */
+	uint64_t flushes, truncates, map_calls; /* calls, faulted or not */
+	uint64_t faults; /* requests and calls a fault rule fired on */
+	uint64_t misdirected; /* requests whose dev_pos disagreed with the
+			       * engine's own map (failed with -EIO) */
+	uint64_t size;   /* current size of the backing object */
+	uint64_t inflight;  /* accepted requests not yet completed */
+	uint64_t mem_bytes; /* memory holding data (64 KiB chunks) */
+};
+
+/**
+ * folio_engine_mem_stats() - counters since creation.
+ * @st: filled up to @st->sz bytes (set it to sizeof(*st); older, smaller
+ *      structs get the fields they have).
+ * Return: 0; -EINVAL for NULL, a non-mem engine, or @st->sz smaller than
+ * sizeof(size_t).
+ */
+FOLIO_EXPORT int folio_engine_mem_stats(struct folio_engine *e,
+					struct folio_mem_stats *st);
+
+/**
+ * folio_engine_mem_peek() - copy backing-store bytes [pos, pos+len) (file
+ * positions, through the map) into @buf; zeros past the size.
+ * Return: 0; -EINVAL for NULL @e, a non-mem engine, or NULL @buf with
+ * @len > 0; -ERANGE when the range ends past the capacity or overflows.
+ */
+FOLIO_EXPORT int folio_engine_mem_peek(struct folio_engine *e, void *buf,
+				       size_t len, uint64_t pos);
+/**
+ * folio_engine_mem_poke() - write backing-store bytes [pos, pos+len) (file
+ * positions, through the map) directly, to set up a test; grows the size
+ * like a write. Not counted in the stats; no faults.
+ * Return: 0; -EINVAL as for peek; -ERANGE when the range overflows;
+ * -ENOSPC when it ends past the capacity (nothing written); -ENOMEM.
+ */
+FOLIO_EXPORT int folio_engine_mem_poke(struct folio_engine *e,
+				       const void *buf, size_t len,
+				       uint64_t pos);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FOLIO_STATE_MEM_H */
