@@ -51,6 +51,8 @@ static ssize_t mem_plan(struct mem_ctx *c, const struct folio_io *io)
 		c->st.read_requests++;
 	else
 		c->st.write_requests++;
+	if (c->powered_off)
+		return -EIO; /* no device answers */
 	if (!mem_directed(c, io)) {
 		c->st.misdirected++;
 		return -EIO;
@@ -71,7 +73,18 @@ ssize_t mem_perform(struct mem_ctx *c, struct folio_io *io, ssize_t n,
 {
 	if (n < 0)
 		return n;
+	if (epoch != c->epoch || c->powered_off)
+		return -EIO; /* the power went while it was in flight */
 	size_t want = (size_t)n, done = 0;
+	if (io->op == FOLIO_IO_WRITE && c->volatile_on) {
+		/* Into the volatile cache: visible, not durable. */
+		if (want && mem_log_write(c, io, want))
+			return -ENOMEM;
+		c->st.write_bytes += want;
+		if (want && io->pos + want > c->size)
+			c->size = io->pos + want;
+		return (ssize_t)want;
+	}
 	uint64_t dev = io->dev_pos;
 	for (int i = 0; i < io->iovcnt && done < want; i++) {
 		size_t l = MIN(io->iov[i].iov_len, want - done);
@@ -88,6 +101,9 @@ ssize_t mem_perform(struct mem_ctx *c, struct folio_io *io, ssize_t n,
 		done += l;
 	}
 	if (io->op == FOLIO_IO_READ) {
+		/* The volatile cache over the durable store. */
+		if (c->log_head)
+			mem_log_overlay(c, io->pos, io->iov, io->iovcnt, done);
 		/* Bytes at or past the size read as zeros whatever the store
 		 * holds at their device place. */
 		if (io->pos + done > c->size) {
@@ -141,15 +157,28 @@ static int mem_submit(void *arg, struct folio_io *io)
 	return 0;
 }
 
+/* The durability barrier: everything completed before it (the whole
+ * log) becomes durable, in order. */
 static int mem_flush(void *arg)
 {
 	struct mem_ctx *c = arg;
 	pthread_mutex_lock(&c->lock);
 	c->st.flushes++;
-	const struct folio_mem_fault *f =
-		mem_fault_check(c, FOLIO_MEM_OP_FLUSH, NULL);
+	int ret;
+	const struct folio_mem_fault *f;
+	if (c->powered_off) {
+		ret = -EIO;
+	} else if ((f = mem_fault_check(c, FOLIO_MEM_OP_FLUSH, NULL))) {
+		ret = f->error;
+		/* A losing flush drops the cache it failed to write, as
+		 * fdatasync may drop the dirty pages it could not write. */
+		if (f->flags & FOLIO_MEM_FAULT_LOSE)
+			mem_log_discard(c);
+	} else {
+		ret = mem_log_apply(c);
+	}
 	pthread_mutex_unlock(&c->lock);
-	return f ? f->error : 0;
+	return ret;
 }
 
 static int mem_truncate(void *arg, uint64_t size)
@@ -157,13 +186,19 @@ static int mem_truncate(void *arg, uint64_t size)
 	struct mem_ctx *c = arg;
 	pthread_mutex_lock(&c->lock);
 	c->st.truncates++;
-	const struct folio_mem_fault *f =
+	const struct folio_mem_fault *f = c->powered_off ? NULL :
 		mem_fault_check(c, FOLIO_MEM_OP_TRUNCATE, NULL);
 	int ret = 0;
-	if (f) {
+	if (c->powered_off) {
+		ret = -EIO;
+	} else if (f) {
 		ret = f->error;
 	} else if (size > c->capacity) {
 		ret = -EFBIG;
+	} else if (c->volatile_on) {
+		ret = mem_log_truncate(c, size);
+		if (!ret)
+			c->size = size;
 	} else {
 		mem_durable_resize(c, size);
 		c->size = size;
@@ -193,6 +228,7 @@ static void mem_destroy(void *arg)
 		pthread_cond_wait(&c->progress_cv, &c->lock);
 	pthread_mutex_unlock(&c->lock);
 
+	mem_log_free(c);
 	mem_store_free(c);
 	pthread_cond_destroy(&c->work_cv);
 	pthread_cond_destroy(&c->progress_cv);
@@ -300,6 +336,9 @@ int folio_engine_mem_stats(struct folio_engine *e, struct folio_mem_stats *st)
 	now.size = c->size;
 	now.inflight = c->inflight;
 	now.mem_bytes = c->mem_bytes;
+	now.volatile_bytes = c->log_bytes;
+	now.volatile_ops = c->log_ops;
+	now.durable_size = c->dsize;
 	pthread_mutex_unlock(&c->lock);
 	size_t n = MIN(st->sz, sizeof(now));
 	memcpy((char *)st + sizeof(size_t), (char *)&now + sizeof(size_t),
@@ -317,6 +356,15 @@ int folio_engine_mem_peek(struct folio_engine *e, void *buf, size_t len,
 		return -ERANGE;
 	pthread_mutex_lock(&c->lock);
 	mem_durable_read(c, pos, buf, len);
+	if (c->log_head) {
+		struct iovec iov = {buf, len};
+		mem_log_overlay(c, pos, &iov, 1, len);
+		if (pos + len > c->size) {
+			uint64_t from = MAX(pos, c->size);
+			memset((char *)buf + (from - pos), 0,
+			       (size_t)(pos + len - from));
+		}
+	}
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 }
@@ -334,8 +382,11 @@ int folio_engine_mem_poke(struct folio_engine *e, const void *buf,
 	if (!len)
 		return 0;
 	pthread_mutex_lock(&c->lock);
-	int ret = mem_durable_write(c, pos, buf, len);
-	c->size = c->dsize;
+	int ret = -EBUSY; /* poke sets up durable data, under no cache */
+	if (!c->log_head) {
+		ret = mem_durable_write(c, pos, buf, len);
+		c->size = c->dsize;
+	}
 	pthread_mutex_unlock(&c->lock);
 	return ret;
 }

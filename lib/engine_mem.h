@@ -35,6 +35,9 @@
 #define MEM_LEAF_SPAN_SHIFT (MEM_CHUNK_SHIFT + MEM_LEAF_SHIFT)
 
 #define MEM_MAX_RULES 64
+/* sizeof(struct folio_mem_fault) before the flags field was added. */
+#define MEM_FAULT_SZ_V0 \
+	(offsetof(struct folio_mem_fault, short_len) + sizeof(size_t))
 #define MEM_MAX_ERRNO 4095
 
 struct mem_leaf {

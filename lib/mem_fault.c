@@ -40,13 +40,24 @@ int folio_engine_mem_inject(struct folio_engine *e,
 	struct mem_ctx *c = mem_of(e);
 	const unsigned all = FOLIO_MEM_OP_READ | FOLIO_MEM_OP_WRITE |
 			     FOLIO_MEM_OP_FLUSH | FOLIO_MEM_OP_TRUNCATE;
-	if (!c || !fault || fault->sz < sizeof(*fault) || !fault->ops ||
+	if (!c || !fault || fault->sz < MEM_FAULT_SZ_V0)
+		return -EINVAL;
+	/* A caller's struct may predate the later fields: they are 0. */
+	struct folio_mem_fault f = {0};
+	memcpy(&f, fault, MIN(fault->sz, sizeof(f)));
+	if (fault->sz < offsetof(struct folio_mem_fault, flags) +
+			sizeof(f.flags))
+		f.flags = 0;
+	fault = &f;
+	if (!fault->ops ||
 	    (fault->ops & ~all) || fault->error > 0 ||
 	    fault->error < -MEM_MAX_ERRNO ||
 	    !fault->error == !fault->short_len ||
 	    (!fault->error &&
 	     (fault->ops & (FOLIO_MEM_OP_FLUSH | FOLIO_MEM_OP_TRUNCATE))) ||
-	    fault->len > UINT64_MAX - fault->pos)
+	    fault->len > UINT64_MAX - fault->pos ||
+	    (fault->flags & ~(unsigned)FOLIO_MEM_FAULT_LOSE) ||
+	    (fault->flags && !(fault->ops & FOLIO_MEM_OP_FLUSH)))
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
 	int ret = 0;
