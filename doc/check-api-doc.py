@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Keep doc/api.md honest against include/folio_state.h.
+"""Keep doc/api.md honest against the public headers (include/folio_state.h
+and include/folio_state_mem.h).
 
 Commands (paths default to the ones next to this script):
 
-  check      Fail (exit 1) when
-             - a FOLIO_EXPORT function of the header has no heading in the
+  check      Read every header given with --header (each may be given
+             more than once; the names of all of them count together) and
+             fail (exit 1) when
+             - a FOLIO_EXPORT function of a header has no heading in the
                guide (a line starting with '#' that names it);
              - the guide names a lower-case folio_* identifier that the
                header does not declare (function, struct, enum, typedef),
@@ -39,7 +42,8 @@ import tempfile
 import textwrap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_HEADER = os.path.join(HERE, '..', 'include', 'folio_state.h')
+DEFAULT_HEADERS = [os.path.join(HERE, '..', 'include', name)
+                   for name in ('folio_state.h', 'folio_state_mem.h')]
 DEFAULT_DOC = os.path.join(HERE, 'api.md')
 DEFAULT_EXAMPLES = os.path.join(HERE, 'examples')
 
@@ -52,6 +56,7 @@ FRAGMENT_INCLUDES = [
     'errno.h', 'fcntl.h', 'pthread.h', 'stdatomic.h', 'stdbool.h',
     'stdint.h', 'stdio.h', 'stdlib.h', 'string.h', 'sys/stat.h',
     'sys/types.h', 'sys/uio.h', 'time.h', 'unistd.h', 'folio_state.h',
+    'folio_state_mem.h',
 ]
 
 # folio_* words in the guide that are not C identifiers of the header.
@@ -95,9 +100,15 @@ def strip_c_comments(text):
 
 
 class Header:
-    def __init__(self, path):
-        with open(path, encoding='utf-8') as fh:
-            code = strip_c_comments(fh.read())
+    """The public names of one header, or of several taken together."""
+
+    def __init__(self, paths):
+        if isinstance(paths, str):
+            paths = [paths]
+        code = ''
+        for path in paths:
+            with open(path, encoding='utf-8') as fh:
+                code += strip_c_comments(fh.read()) + '\n'
         self.functions = []
         for m in re.finditer(r'\bFOLIO_EXPORT\b([^;{]*?)\(', code):
             line_start = code.rfind('\n', 0, m.start()) + 1
@@ -183,8 +194,10 @@ def example_text(examples_dir, name, region):
     return textwrap.dedent(body).split('\n')
 
 
-def check(header_path, doc_path, examples_dir, out=sys.stderr):
-    hdr = Header(header_path)
+def check(header_paths, doc_path, examples_dir, out=sys.stderr):
+    if isinstance(header_paths, str):
+        header_paths = [header_paths]
+    hdr = Header(header_paths)
     with open(doc_path, encoding='utf-8') as fh:
         text = fh.read()
     prose, blocks = parse_doc(text)
@@ -195,7 +208,8 @@ def check(header_path, doc_path, examples_dir, out=sys.stderr):
         errors.append('%s:%d: %s' % (docname, line, msg))
 
     if not hdr.functions:
-        errors.append('%s: no FOLIO_EXPORT function found' % header_path)
+        errors.append('%s: no FOLIO_EXPORT function found'
+                      % ', '.join(header_paths))
 
     # 1. Every exported function has a heading.
     headings = [(n, l) for n, l in prose if l.startswith('#')]
@@ -400,6 +414,13 @@ folio_alpha(f);
 `folio_cookie_t` and `struct folio`.
 '''
 
+# A second header: its names count together with the first one's.
+SELFTEST_HEADER2 = '''
+#include "h.h"
+#define FOLIO_FLAG_G 2u
+FOLIO_EXPORT int folio_gamma(struct folio *f);
+'''
+
 SELFTEST_EXAMPLE = '''int main(void)
 {
 	/* doc:begin part */
@@ -454,6 +475,30 @@ def selftest():
                 print('selftest: case %r: check returned %r, expected %r'
                       % (name, got, want))
                 ok = False
+        # Two headers: the second one's function needs a heading too, and
+        # its names are known to the guide.
+        h2path = os.path.join(tmp, 'h2.h')
+        with open(h2path, 'w') as fh:
+            fh.write(SELFTEST_HEADER2)
+        two = [hpath, h2path]
+        dpath = os.path.join(tmp, 'api.md')
+        for doc, want in (
+                (SELFTEST_DOC, False),
+                (SELFTEST_DOC + '### folio_gamma()\nFOLIO_FLAG_G\n', True),
+                (SELFTEST_DOC + '### folio_gamma()\nFOLIO_FLAG_H\n', False)):
+            with open(dpath, 'w') as fh:
+                fh.write(doc)
+            with open(os.devnull, 'w') as sink:
+                got = check(two, dpath, exdir, out=sink)
+            if got != want:
+                print('selftest: two headers: check returned %r, expected '
+                      '%r' % (got, want))
+                ok = False
+        if Header(two).functions != ['folio_alpha', 'folio_beta',
+                                     'folio_gamma']:
+            print('selftest: two headers parsed as %r'
+                  % Header(two).functions)
+            ok = False
         # update() repairs a stale excerpt.
         dpath = os.path.join(tmp, 'api.md')
         with open(dpath, 'w') as fh:
@@ -480,14 +525,16 @@ def main():
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument('command',
                     choices=['check', 'fragments', 'update', 'selftest'])
-    ap.add_argument('--header', default=DEFAULT_HEADER)
+    ap.add_argument('--header', action='append',
+                    help='a public header (repeat for several; default: '
+                    'folio_state.h and folio_state_mem.h)')
     ap.add_argument('--doc', default=DEFAULT_DOC)
     ap.add_argument('--examples', default=DEFAULT_EXAMPLES)
     ap.add_argument('--out', help='output C file (fragments)')
     ap.add_argument('--line-path', help='file name for #line (fragments)')
     a = ap.parse_args()
     if a.command == 'check':
-        ok = check(a.header, a.doc, a.examples)
+        ok = check(a.header or DEFAULT_HEADERS, a.doc, a.examples)
     elif a.command == 'fragments':
         if not a.out:
             ap.error('fragments needs --out')

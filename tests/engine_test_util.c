@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "engine_test_util.h"
+#include "folio_state_mem.h"
 #include "test_util.h"
 
 /* ---- requests ------------------------------------------------------- */

@@ -6,8 +6,19 @@
  * header that merely parses but names undeclared types still fails.
  */
 #include "folio_state.h"
+#include "folio_state_mem.h"
 
 size_t header_c99_use(struct folio *f, struct folio_range *r);
+uint64_t header_c99_use_mem(struct folio_mem_stats *st,
+			    struct folio_mem_fault *fault);
+
+uint64_t header_c99_use_mem(struct folio_mem_stats *st,
+			    struct folio_mem_fault *fault)
+{
+	enum folio_mem_mode mode = FOLIO_MEM_POLL;
+	return st->size + fault->pos + (uint64_t)mode + FOLIO_MEM_OP_FLUSH +
+	       FOLIO_MEM_MAX_CAPACITY;
+}
 
 size_t header_c99_use(struct folio *f, struct folio_range *r)
 {

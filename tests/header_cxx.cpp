@@ -2,6 +2,7 @@
 // The public header from C++: it must compile there and its functions
 // must link with C linkage (a missing extern "C" fails at link time).
 #include "folio_state.h"
+#include "folio_state_mem.h"
 
 #include <cstdio>
 
@@ -18,6 +19,11 @@ int main()
 		return 1;
 	bool clean = !folio_test_dirty(f);
 	folio_put(f);
+	struct folio_engine *e = nullptr;
+	if (folio_engine_mem(&e, 1 << 20) != 0 ||
+	    folio_engine_mem_poke(e, "x", 1, 0) != 0 ||
+	    folio_engine_free(e) != 0)
+		return 1;
 	std::printf("folio API from C++: %s\n", clean ? "ok" : "FAILED");
 	return clean ? 0 : 1;
 }

@@ -53,7 +53,9 @@ dest=$tmp/dest
 "$meson" install -C "$builddir" --destdir "$dest" --no-rebuild --quiet \
 	>"$tmp/install.log" 2>&1 || { cat "$tmp/install.log" >&2; fail "meson install"; }
 
-[ -f "$dest$includedir/folio_state.h" ] || fail "header not installed in $includedir"
+for h in folio_state.h folio_state_mem.h; do
+	[ -f "$dest$includedir/$h" ] || fail "$h not installed in $includedir"
+done
 pcdir=$dest$libdir/pkgconfig
 [ -f "$pcdir/libfolio-state.pc" ] || fail "libfolio-state.pc not installed in $libdir/pkgconfig"
 for f in libfolio-state.so libfolio-state.so.0; do
@@ -73,6 +75,7 @@ case " $libs " in *" -lfolio-state "*) ;; *) fail "pkg-config --libs lacks -lfol
 
 cat >"$tmp/prog.c" <<'EOF'
 #include <folio_state.h>
+#include <folio_state_mem.h>
 #include <stdio.h>
 
 int main(void)
@@ -87,6 +90,10 @@ int main(void)
 	    r[0].len != 3 * 4096)
 		return 3;
 	folio_put(f);
+	struct folio_engine *e;
+	if (folio_engine_mem(&e, FOLIO_MEM_MAX_CAPACITY) ||
+	    folio_engine_mem_poke(e, "x", 1, 7) || folio_engine_free(e))
+		return 4;
 	printf("folio-state %d.%d ok\n", FOLIO_STATE_VERSION_MAJOR,
 	       FOLIO_STATE_VERSION_MINOR);
 	return 0;
@@ -120,8 +127,9 @@ if command -v nm >/dev/null 2>&1; then
 	# folio_* internals (folio_alloc, ...) share the prefix; hidden
 	# visibility must keep them out, so each export must be public API.
 	for sym in $(awk '$2 != "A" { sub(/@.*/, "", $3); print $3 }' "$tmp/syms"); do
-		grep -q "\<$sym(" "$dest$includedir/folio_state.h" ||
-			fail "$sym is exported but not declared in folio_state.h"
+		grep -q "\<$sym(" "$dest$includedir/folio_state.h" \
+			"$dest$includedir/folio_state_mem.h" ||
+			fail "$sym is exported but declared in no installed header"
 	done
 else
 	echo "note: no nm, export check skipped"

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "engine_test_util.h"
+#include "folio_state_mem.h"
 #include "test_util.h"
 
 /* A request whose device place differs from its file position, as a map
@@ -958,6 +959,535 @@ static void test_switch_under_load(void **state)
 	assert_int_equal(folio_engine_free(e), 0);
 }
 
+/* ---- volatile write cache and power cuts ---------------------------- */
+
+static struct folio_engine *vol_new(uint64_t capacity)
+{
+	struct folio_engine *e = mem_new(capacity);
+	assert_int_equal(folio_engine_mem_set_volatile(e, true), 0);
+	return e;
+}
+
+static void check_durable(struct folio_engine *e, uint64_t pos,
+			  const void *want, size_t len)
+{
+	char *got = xmalloc(len);
+	assert_int_equal(folio_engine_mem_peek_durable(e, got, len, pos), 0);
+	assert_memory_equal(got, want, len);
+	free(got);
+}
+
+static void check_read(struct folio_engine *e, uint64_t pos,
+		       const void *want, size_t len)
+{
+	char *got = xmalloc(len), *pk = xmalloc(len);
+	memset(got, 0xee, len);
+	assert_int_equal(rd(e, pos, got, len), (long)len);
+	assert_memory_equal(got, want, len);
+	assert_int_equal(folio_engine_mem_peek(e, pk, len, pos), 0);
+	assert_memory_equal(pk, want, len);
+	free(got);
+	free(pk);
+}
+
+static void test_volatile_visible_not_durable(void **state)
+{
+	struct folio_engine *e = vol_new(1 << 20);
+	char a[10000], zero[10000] = {0};
+	fill(a, sizeof(a), 40);
+	/* Straddles a chunk boundary; read back through the engine. */
+	assert_int_equal(wr(e, 60000, a, sizeof(a)), (long)sizeof(a));
+	check_read(e, 60000, a, sizeof(a));
+	check_durable(e, 60000, zero, sizeof(zero));
+	struct folio_mem_stats st = stats(e);
+	assert_int_equal(st.size, 70000);
+	assert_int_equal(st.durable_size, 0);
+	assert_int_equal(st.volatile_bytes, sizeof(a));
+	assert_int_equal(st.volatile_ops, 1);
+	assert_int_equal(st.mem_bytes, 0);
+	assert_int_equal(st.write_bytes, sizeof(a));
+	/* A later write over part of it wins, in order. */
+	char b[100];
+	fill(b, sizeof(b), 41);
+	assert_int_equal(wr(e, 60050, b, sizeof(b)), 100);
+	memcpy(a + 50, b, sizeof(b));
+	check_read(e, 60000, a, sizeof(a));
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
+static void test_volatile_flush_durable(void **state)
+{
+	struct folio_engine *e = vol_new(1 << 20);
+	char a[5000], b[3000];
+	fill(a, sizeof(a), 42);
+	fill(b, sizeof(b), 43);
+	assert_int_equal(wr(e, 0, a, sizeof(a)), (long)sizeof(a));
+	assert_int_equal(wr(e, 4000, b, sizeof(b)), (long)sizeof(b));
+	assert_int_equal(eng_flush(e), 0);
+	char want[7000];
+	memcpy(want, a, 4000);
+	memcpy(want + 4000, b, 3000);
+	check_durable(e, 0, want, sizeof(want));
+	check_read(e, 0, want, sizeof(want));
+	struct folio_mem_stats st = stats(e);
+	assert_int_equal(st.volatile_bytes, 0);
+	assert_int_equal(st.volatile_ops, 0);
+	assert_int_equal(st.durable_size, 7000);
+	assert_int_equal(st.size, 7000);
+	assert_int_equal(st.flushes, 1);
+	/* Turning the cache off makes what it holds durable. */
+	assert_int_equal(wr(e, 0, b, 10), 10);
+	assert_int_equal(folio_engine_mem_set_volatile(e, false), 0);
+	memcpy(want, b, 10);
+	check_durable(e, 0, want, sizeof(want));
+	assert_int_equal(stats(e).flushes, 1);
+	/* Off: a write is durable at once. */
+	assert_int_equal(wr(e, 100, b, 10), 10);
+	memcpy(want + 100, b, 10);
+	check_durable(e, 0, want, sizeof(want));
+	assert_int_equal(stats(e).volatile_ops, 0);
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
+static void test_power_cut_drops(void **state)
+{
+	struct folio_engine *e = vol_new(1 << 20);
+	char a[4096], b[8192];
+	fill(a, sizeof(a), 44);
+	fill(b, sizeof(b), 45);
+	assert_int_equal(wr(e, 0, a, sizeof(a)), 4096);
+	assert_int_equal(eng_flush(e), 0);
+	assert_int_equal(wr(e, 0, b, sizeof(b)), 8192);
+	assert_int_equal(folio_engine_mem_power_cut(e, 0, 0), 0);
+	/* Rebooted: the durable content and size, usable at once. */
+	struct folio_mem_stats st = stats(e);
+	assert_int_equal(st.size, 4096);
+	assert_int_equal(st.durable_size, 4096);
+	assert_int_equal(st.power_cuts, 1);
+	assert_int_equal(st.lost_ops, 1);
+	assert_int_equal(st.lost_bytes, 8192);
+	assert_int_equal(st.volatile_ops, 0);
+	check_read(e, 0, a, sizeof(a));
+	assert_int_equal(wr(e, 4096, b, 100), 100);
+	assert_int_equal(eng_flush(e), 0);
+	check_durable(e, 4096, b, 100);
+	/* A cut with nothing cached loses nothing. */
+	assert_int_equal(folio_engine_mem_power_cut(e, 0, 0), 0);
+	check_durable(e, 0, a, sizeof(a));
+	assert_int_equal(stats(e).size, 4196);
+	assert_int_equal(stats(e).lost_ops, 1);
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
+/* 64 writes of 512 bytes to distinct places, then a KEEP_SOME cut; the
+ * durable result into @out. */
+static void cut_some(uint64_t seed, unsigned char *out, size_t len,
+		     struct folio_mem_stats *st)
+{
+	struct folio_engine *e = vol_new(1 << 20);
+	unsigned char buf[512];
+	for (int i = 0; i < 64; i++) {
+		memset(buf, i + 1, sizeof(buf));
+		assert_int_equal(wr(e, (uint64_t)i * 512, buf, 512), 512);
+	}
+	assert_int_equal(folio_engine_mem_power_cut(e, FOLIO_MEM_CUT_KEEP_SOME,
+						    seed), 0);
+	assert_int_equal(folio_engine_mem_peek_durable(e, out, len, 0), 0);
+	*st = stats(e);
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
+static void test_power_cut_keep_some(void **state)
+{
+	enum { LEN = 64 * 512 };
+	static unsigned char x[LEN], y[LEN];
+	struct folio_mem_stats sx, sy;
+	cut_some(7, x, LEN, &sx);
+	cut_some(7, y, LEN, &sy);
+	assert_memory_equal(x, y, LEN); /* same seed, same survivors */
+	assert_int_equal(sx.durable_size, sy.durable_size);
+	int kept = 0;
+	uint64_t end = 0;
+	for (int i = 0; i < 64; i++) {
+		unsigned char v = x[i * 512];
+		/* Each write survives whole or not at all. */
+		assert_true(v == 0 || v == i + 1);
+		assert_true(all_bytes(x + i * 512, 512, v));
+		kept += v != 0;
+		if (v)
+			end = (uint64_t)(i + 1) * 512;
+	}
+	assert_true(kept > 0 && kept < 64);
+	assert_int_equal(sx.lost_ops, 64 - kept);
+	assert_int_equal(sx.durable_size, end);
+	assert_int_equal(sx.size, end);
+	/* Some other seed keeps another subset. */
+	bool differs = false;
+	for (uint64_t s = 8; s < 16 && !differs; s++) {
+		cut_some(s, y, LEN, &sy);
+		differs = memcmp(x, y, LEN) != 0;
+	}
+	assert_true(differs);
+}
+
+static void test_volatile_truncate_order(void **state)
+{
+	struct folio_engine *e = vol_new(1 << 20);
+	char a[8192], b[4096], c[100], want[8192];
+	fill(a, sizeof(a), 46);
+	fill(b, sizeof(b), 47);
+	fill(c, sizeof(c), 48);
+	assert_int_equal(wr(e, 0, a, sizeof(a)), 8192);
+	assert_int_equal(eng_flush(e), 0);
+
+	/* write, shrink, grow, write: applied in that order. */
+	assert_int_equal(wr(e, 0, b, sizeof(b)), 4096);
+	assert_int_equal(eng_truncate(e, 1000), 0);
+	assert_int_equal(stats(e).size, 1000);
+	assert_int_equal(eng_truncate(e, 8192), 0);
+	assert_int_equal(wr(e, 6000, c, sizeof(c)), 100);
+	memset(want, 0, sizeof(want));
+	memcpy(want, b, 1000);
+	memcpy(want + 6000, c, 100);
+	check_read(e, 0, want, sizeof(want));
+	check_durable(e, 0, a, sizeof(a)); /* the durable store is as it was */
+	struct folio_mem_stats st = stats(e);
+	assert_int_equal(st.volatile_ops, 4);
+	assert_int_equal(st.volatile_bytes, 4096 + 100);
+	assert_int_equal(st.durable_size, 8192);
+
+	assert_int_equal(eng_flush(e), 0);
+	check_durable(e, 0, want, sizeof(want));
+	assert_int_equal(stats(e).durable_size, 8192);
+
+	/* Shrink, write past the new end, cut: the flushed state returns. */
+	assert_int_equal(eng_truncate(e, 10), 0);
+	assert_int_equal(wr(e, 9000, c, sizeof(c)), 100);
+	assert_int_equal(stats(e).size, 9100);
+	assert_int_equal(folio_engine_mem_power_cut(e, 0, 0), 0);
+	st = stats(e);
+	assert_int_equal(st.size, 8192);
+	assert_int_equal(st.lost_ops, 2);
+	check_read(e, 0, want, sizeof(want));
+
+	/* A surviving shrink frees and zeroes the durable tail. */
+	assert_int_equal(eng_truncate(e, 0), 0);
+	assert_int_equal(eng_flush(e), 0);
+	st = stats(e);
+	assert_int_equal(st.durable_size, 0);
+	assert_int_equal(st.mem_bytes, 0);
+	assert_int_equal(eng_truncate(e, 8192), 0);
+	assert_int_equal(eng_flush(e), 0);
+	memset(want, 0, sizeof(want));
+	check_durable(e, 0, want, sizeof(want));
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
+static void test_volatile_scatter_map(void **state)
+{
+	/* The log keeps file positions; flush stores them through the map. */
+	const uint64_t E = 4096;
+	struct folio_engine *e = mem_new(4 * E);
+	assert_int_equal(folio_engine_mem_set_map(e, E, true), 0);
+	assert_int_equal(folio_engine_mem_set_volatile(e, true), 0);
+	char a[4096], chk[4096];
+	fill(a, sizeof(a), 49);
+	assert_int_equal(io_at(e, FOLIO_IO_WRITE, 0, E, a, E, 2), (long)E);
+	assert_int_equal(io_at(e, FOLIO_IO_READ, 0, E, chk, E, 3), (long)E);
+	assert_memory_equal(chk, a, E);
+	assert_int_equal(eng_flush(e), 0);
+	check_durable(e, 0, a, E);
+	memset(chk, 1, sizeof(chk));
+	assert_int_equal(io_at(e, FOLIO_IO_READ, E, 0, chk, E, 1), (long)E);
+	assert_true(all_bytes(chk, E, 0));
+	/* The map cannot change while the cache holds data. */
+	assert_int_equal(eng_truncate(e, 0), 0);
+	assert_int_equal(folio_engine_mem_set_map(e, 0, false), -EBUSY);
+	assert_int_equal(eng_flush(e), 0);
+	assert_int_equal(folio_engine_mem_set_map(e, 0, false), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
+static void test_flush_fault_keep_lose(void **state)
+{
+	struct folio_engine *e = vol_new(1 << 20);
+	char a[4096], b[4096];
+	fill(a, sizeof(a), 50);
+	fill(b, sizeof(b), 51);
+	assert_int_equal(wr(e, 0, a, sizeof(a)), 4096);
+	assert_int_equal(eng_flush(e), 0);
+
+	/* Default: a failing flush changes nothing; a later one persists. */
+	struct folio_mem_fault f = fault(FOLIO_MEM_OP_FLUSH, 0, 1, -EIO, 0);
+	assert_int_equal(folio_engine_mem_inject(e, &f), 0);
+	assert_int_equal(wr(e, 0, b, sizeof(b)), 4096);
+	assert_int_equal(eng_flush(e), -EIO);
+	check_durable(e, 0, a, sizeof(a));
+	check_read(e, 0, b, sizeof(b));
+	assert_int_equal(stats(e).volatile_ops, 1);
+	assert_int_equal(eng_flush(e), 0);
+	check_durable(e, 0, b, sizeof(b));
+
+	/* LOSE: the failing flush drops the cache; reads see the durable
+	 * store again, and the next flush has nothing to persist. */
+	assert_int_equal(folio_engine_mem_clear_faults(e), 0);
+	f = fault(FOLIO_MEM_OP_FLUSH, 0, 1, -EIO, 0);
+	f.flags = FOLIO_MEM_FAULT_LOSE;
+	assert_int_equal(folio_engine_mem_inject(e, &f), 0);
+	assert_int_equal(wr(e, 0, a, 100), 100);
+	assert_int_equal(eng_truncate(e, 50), 0);
+	assert_int_equal(eng_flush(e), -EIO);
+	struct folio_mem_stats st = stats(e);
+	assert_int_equal(st.volatile_ops, 0);
+	assert_int_equal(st.lost_ops, 2);
+	assert_int_equal(st.lost_bytes, 100);
+	assert_int_equal(st.size, 4096);
+	check_read(e, 0, b, sizeof(b));
+	assert_int_equal(eng_flush(e), 0);
+	check_durable(e, 0, b, sizeof(b));
+
+	/* A rule of an older, smaller struct: no flags, whatever follows. */
+	assert_int_equal(folio_engine_mem_clear_faults(e), 0);
+	struct folio_mem_fault old;
+	memset(&old, 0xff, sizeof(old));
+	old = fault(FOLIO_MEM_OP_FLUSH, 0, 1, -EIO, 0);
+	old.flags = 0xffff; /* past sz: ignored */
+	old.sz = offsetof(struct folio_mem_fault, flags);
+	assert_int_equal(folio_engine_mem_inject(e, &old), 0);
+	assert_int_equal(wr(e, 0, a, 100), 100);
+	assert_int_equal(eng_flush(e), -EIO);
+	assert_int_equal(stats(e).volatile_ops, 1); /* kept */
+	assert_int_equal(eng_flush(e), 0);
+	check_durable(e, 0, a, 100);
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
+static void test_power_cut_held_eio(void **state)
+{
+	struct folio_engine *e = vol_new(1 << 20);
+	char a[512], zero[10 * 512] = {0}, rbuf[512];
+	fill(a, sizeof(a), 52);
+	assert_int_equal(folio_engine_mem_set_mode(e, FOLIO_MEM_POLL, 3), 0);
+	struct tio t[10], r;
+	for (int i = 0; i < 10; i++) {
+		tio_prep(&t[i], FOLIO_IO_WRITE, (uint64_t)i * 512, a, 512, 2, 0);
+		assert_int_equal(eng_submit(e, &t[i]), 0);
+	}
+	tio_prep(&r, FOLIO_IO_READ, 0, rbuf, 512, 1, 0);
+	assert_int_equal(eng_submit(e, &r), 0);
+	assert_int_equal(stats(e).inflight, 11);
+	assert_int_equal(folio_engine_mem_power_cut(e, 0, 0), 0);
+	for (int i = 0; i < 10; i++) {
+		assert_int_equal(tio_done(&t[i]), 1);
+		assert_int_equal(atomic_load(&t[i].result), -EIO);
+	}
+	assert_int_equal(tio_done(&r), 1);
+	assert_int_equal(atomic_load(&r.result), -EIO);
+	struct folio_mem_stats st = stats(e);
+	assert_int_equal(st.inflight, 0);
+	assert_int_equal(st.size, 0);
+	assert_int_equal(st.write_bytes, 0);
+	check_durable(e, 0, zero, sizeof(zero));
+	check_read(e, 0, zero, sizeof(zero));
+	assert_int_equal(eng_wait(e), 0); /* nothing in flight */
+
+	/* STAY_OFF: everything fails until the power comes back. */
+	tio_prep(&t[0], FOLIO_IO_WRITE, 0, a, 512, 1, 0);
+	assert_int_equal(eng_submit(e, &t[0]), 0);
+	assert_int_equal(folio_engine_mem_power_cut(e, FOLIO_MEM_CUT_STAY_OFF,
+						    0), 0);
+	assert_int_equal(atomic_load(&t[0].result), -EIO);
+	assert_int_equal(wr(e, 0, a, 512), -EIO);
+	assert_int_equal(rd(e, 0, rbuf, 512), -EIO);
+	assert_int_equal(eng_flush(e), -EIO);
+	assert_int_equal(eng_truncate(e, 100), -EIO);
+	st = stats(e);
+	assert_int_equal(st.size, 0);
+	assert_int_equal(st.power_cuts, 2);
+	assert_int_equal(folio_engine_mem_power_on(e), 0);
+	assert_int_equal(folio_engine_mem_power_on(e), 0);
+	assert_int_equal(wr(e, 0, a, 512), 512);
+	assert_int_equal(eng_flush(e), 0);
+	check_durable(e, 0, a, 512);
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
+/* A cut from inside a completion (here the completion thread's). */
+static atomic_int cut_hook_ret;
+
+static void cut_hook(struct tio *t)
+{
+	struct folio_engine *e = t->arg;
+	atomic_store(&cut_hook_ret, folio_engine_mem_power_cut(e, 0, 0));
+}
+
+static void test_power_cut_in_completion(void **state)
+{
+	enum folio_mem_mode modes[] = {FOLIO_MEM_SYNC, FOLIO_MEM_POLL,
+				       FOLIO_MEM_THREAD};
+	for (int m = 0; m < 3; m++) {
+		struct folio_engine *e = vol_new(1 << 20);
+		assert_int_equal(folio_engine_mem_set_mode(e, modes[m], 9), 0);
+		atomic_store(&cut_hook_ret, 1);
+		/* The write completed before the cut: 512, but lost. */
+		assert_int_equal(run_hooked(e, cut_hook), 512);
+		assert_int_equal(atomic_load(&cut_hook_ret), 0);
+		struct folio_mem_stats st = stats(e);
+		assert_int_equal(st.power_cuts, 1);
+		assert_int_equal(st.size, 0);
+		assert_int_equal(st.inflight, 0);
+		assert_int_equal(folio_engine_free(e), 0);
+	}
+}
+
+/* Writers with flushes on a THREAD-mode engine while another thread cuts
+ * the power (TSan: suite 'threads'). */
+#define CUT_WRITERS 3
+
+struct cut_arg {
+	struct folio_engine *e;
+	int id;
+	atomic_bool *stop;
+	int bad; /* completions that were neither full nor -EIO */
+};
+
+static void *cut_writer(void *p)
+{
+	struct cut_arg *a = p;
+	struct tio t[8];
+	char buf[8][512];
+	uint64_t seed = (uint64_t)a->id + 1;
+	while (!atomic_load(a->stop)) {
+		for (int k = 0; k < 8; k++) {
+			uint64_t pos = ((uint64_t)a->id * 64 +
+					test_rand_below(&seed, 64)) * 512;
+			fill(buf[k], 512, test_rand(&seed));
+			tio_prep(&t[k], FOLIO_IO_WRITE, pos, buf[k], 512,
+				 1 + k % 3, 0);
+			if (eng_submit(a->e, &t[k]))
+				a->bad++;
+		}
+		wait_all(a->e, t, 8);
+		for (int k = 0; k < 8; k++) {
+			long r = atomic_load(&t[k].result);
+			if ((r != 512 && r != -EIO) || tio_done(&t[k]) != 1)
+				a->bad++;
+		}
+		int fr = eng_flush(a->e);
+		if (fr && fr != -EIO)
+			a->bad++;
+		if (test_rand_below(&seed, 8) == 0) {
+			int tr = eng_truncate(a->e, 3 * 64 * 512);
+			if (tr && tr != -EIO)
+				a->bad++;
+		}
+	}
+	return NULL;
+}
+
+static void test_power_cut_from_thread(void **state)
+{
+	struct folio_engine *e = vol_new(1 << 20);
+	assert_int_equal(folio_engine_mem_set_mode(e, FOLIO_MEM_THREAD,
+						   test_seed("power_cut_thread")),
+			 0);
+	atomic_bool stop;
+	atomic_init(&stop, false);
+	pthread_t th[CUT_WRITERS];
+	struct cut_arg a[CUT_WRITERS];
+	for (int i = 0; i < CUT_WRITERS; i++) {
+		a[i] = (struct cut_arg){.e = e, .id = i, .stop = &stop};
+		assert_int_equal(pthread_create(&th[i], NULL, cut_writer, &a[i]),
+				 0);
+	}
+	unsigned cuts = test_iters(40, 8);
+	for (unsigned i = 0; i < cuts; i++) {
+		usleep(2000);
+		unsigned flags = (i & 1 ? FOLIO_MEM_CUT_KEEP_SOME : 0) |
+				 (i & 2 ? FOLIO_MEM_CUT_STAY_OFF : 0);
+		assert_int_equal(folio_engine_mem_power_cut(e, flags, i), 0);
+		if (flags & FOLIO_MEM_CUT_STAY_OFF) {
+			usleep(500);
+			assert_int_equal(folio_engine_mem_power_on(e), 0);
+		}
+	}
+	atomic_store(&stop, true);
+	for (int i = 0; i < CUT_WRITERS; i++) {
+		assert_int_equal(pthread_join(th[i], NULL), 0);
+		assert_int_equal(a[i].bad, 0);
+	}
+	/* A last cut: what reads see is the durable store. */
+	assert_int_equal(folio_engine_mem_power_cut(e, 0, 0), 0);
+	struct folio_mem_stats st = stats(e);
+	assert_int_equal(st.inflight, 0);
+	assert_int_equal(st.volatile_ops, 0);
+	assert_int_equal(st.size, st.durable_size);
+	assert_int_equal(st.power_cuts, cuts + 1);
+	static char x[3 * 64 * 512], y[3 * 64 * 512];
+	assert_int_equal(folio_engine_mem_peek(e, x, sizeof(x), 0), 0);
+	assert_int_equal(folio_engine_mem_peek_durable(e, y, sizeof(y), 0), 0);
+	assert_memory_equal(x, y, sizeof(x));
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
+static void test_volatile_bad_input(void **state)
+{
+	struct folio_engine *e = vol_new(1 << 20);
+	char buf[16] = {0};
+	assert_int_equal(folio_engine_mem_power_cut(e, 0x4, 0), -EINVAL);
+	assert_int_equal(folio_engine_mem_power_cut(e, ~0u, 0), -EINVAL);
+	assert_int_equal(stats(e).power_cuts, 0);
+	assert_int_equal(folio_engine_mem_peek_durable(e, NULL, 1, 0), -EINVAL);
+	assert_int_equal(folio_engine_mem_peek_durable(e, NULL, 0, 0), 0);
+	assert_int_equal(folio_engine_mem_peek_durable(e, buf, 16,
+						       UINT64_MAX - 3),
+			 -ERANGE);
+	assert_int_equal(folio_engine_mem_peek_durable(e, buf, 2,
+						       (1 << 20) - 1),
+			 -ERANGE);
+	/* poke under a pending cache is refused and changes nothing. */
+	assert_int_equal(wr(e, 0, buf, 16), 16);
+	assert_int_equal(folio_engine_mem_poke(e, buf, 4, 100), -EBUSY);
+	assert_int_equal(stats(e).size, 16);
+	assert_int_equal(eng_flush(e), 0);
+	assert_int_equal(folio_engine_mem_poke(e, buf, 4, 100), 0);
+	/* Fault flags: unknown bits, or without a flush op. */
+	struct folio_mem_fault f = fault(FOLIO_MEM_OP_FLUSH, 0, 1, -EIO, 0);
+	f.flags = 0x2;
+	assert_int_equal(folio_engine_mem_inject(e, &f), -EINVAL);
+	f = fault(FOLIO_MEM_OP_WRITE, 0, 1, -EIO, 0);
+	f.flags = FOLIO_MEM_FAULT_LOSE;
+	assert_int_equal(folio_engine_mem_inject(e, &f), -EINVAL);
+	f = fault(FOLIO_MEM_OP_FLUSH, 0, 1, -EIO, 0);
+	f.sz = offsetof(struct folio_mem_fault, flags) - 1;
+	assert_int_equal(folio_engine_mem_inject(e, &f), -EINVAL);
+	assert_int_equal(eng_flush(e), 0); /* no rule was added */
+	assert_int_equal(stats(e).faults, 0);
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
+static void test_volatile_stats_sz(void **state)
+{
+	struct folio_engine *e = vol_new(1 << 20);
+	char buf[100] = {0};
+	assert_int_equal(wr(e, 0, buf, 100), 100);
+	struct folio_mem_stats st;
+	memset(&st, 0xff, sizeof(st));
+	st.sz = offsetof(struct folio_mem_stats, volatile_bytes);
+	assert_int_equal(folio_engine_mem_stats(e, &st), 0);
+	assert_int_equal(st.size, 100);
+	assert_int_equal(st.volatile_bytes, UINT64_MAX); /* untouched */
+	assert_int_equal(st.lost_bytes, UINT64_MAX);
+	st = stats(e);
+	assert_int_equal(st.volatile_bytes, 100);
+	assert_int_equal(st.volatile_ops, 1);
+	assert_int_equal(st.durable_size, 0);
+	assert_int_equal(st.power_cuts, 0);
+	assert_int_equal(st.lost_ops, 0);
+	assert_int_equal(st.lost_bytes, 0);
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
 /* ---- stats and bad input -------------------------------------------- */
 
 static void test_stats_sz(void **state)
@@ -1011,6 +1541,10 @@ static void check_rejects(struct folio_engine *e)
 	assert_int_equal(folio_engine_mem_stats(e, &st), -EINVAL);
 	assert_int_equal(folio_engine_mem_peek(e, buf, 1, 0), -EINVAL);
 	assert_int_equal(folio_engine_mem_poke(e, buf, 1, 0), -EINVAL);
+	assert_int_equal(folio_engine_mem_peek_durable(e, buf, 1, 0), -EINVAL);
+	assert_int_equal(folio_engine_mem_set_volatile(e, true), -EINVAL);
+	assert_int_equal(folio_engine_mem_power_cut(e, 0, 0), -EINVAL);
+	assert_int_equal(folio_engine_mem_power_on(e), -EINVAL);
 }
 
 static void test_bad_input(void **state)
@@ -1040,7 +1574,7 @@ static void test_bad_input(void **state)
 	struct folio_mem_fault f;
 	/* Rules that are malformed or would do nothing. */
 	f = fault(FOLIO_MEM_OP_READ, 0, 1, -EIO, 0);
-	f.sz = sizeof(f) - 1;
+	f.sz = offsetof(struct folio_mem_fault, short_len);
 	assert_int_equal(folio_engine_mem_inject(e, &f), -EINVAL);
 	assert_int_equal(folio_engine_mem_inject(e, NULL), -EINVAL);
 	f = fault(0, 0, 1, -EIO, 0);
@@ -1149,6 +1683,18 @@ int main(void)
 		cmocka_unit_test(test_thread_mode_concurrent),
 		cmocka_unit_test(test_poll_mode_concurrent),
 		cmocka_unit_test(test_switch_under_load),
+		cmocka_unit_test(test_volatile_visible_not_durable),
+		cmocka_unit_test(test_volatile_flush_durable),
+		cmocka_unit_test(test_power_cut_drops),
+		cmocka_unit_test(test_power_cut_keep_some),
+		cmocka_unit_test(test_volatile_truncate_order),
+		cmocka_unit_test(test_volatile_scatter_map),
+		cmocka_unit_test(test_flush_fault_keep_lose),
+		cmocka_unit_test(test_power_cut_held_eio),
+		cmocka_unit_test(test_power_cut_in_completion),
+		cmocka_unit_test(test_power_cut_from_thread),
+		cmocka_unit_test(test_volatile_bad_input),
+		cmocka_unit_test(test_volatile_stats_sz),
 		cmocka_unit_test(test_stats_sz),
 		cmocka_unit_test(test_bad_input),
 	};

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "folio_state.h"
+#include "folio_state_mem.h"
 #include "test_util.h"
 
 #define MIB (1u << 20)
@@ -113,12 +114,34 @@ static void test_new_bad_input(void **state)
 		{"max npot", {.sz = sizeof(o), .max_folio_size = 12288, .engine = e}},
 		{"flags", {.sz = sizeof(o), .flags = 0x80, .engine = e}},
 		{"size", {.sz = sizeof(o), .size = UINT64_MAX, .engine = e}},
+		{"sz short", {.sz = offsetof(struct folio_mapping_opts, engine), .engine = e}},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		if (folio_mapping_new(&m, &bad[i].o) != -EINVAL)
 			fail_msg("accepted bad options: %s", bad[i].what);
 		assert_ptr_equal(m, (struct folio_mapping *)(uintptr_t)1);
 	}
+	/* A newer caller's larger struct: fine when the unknown tail is
+	 * zero, -E2BIG when it is not. */
+	struct {
+		struct folio_mapping_opts o;
+		uint64_t newer;
+	} big = {.o = default_opts(e)};
+	big.o.sz = sizeof(big);
+	big.newer = 1;
+	assert_int_equal(folio_mapping_new(&m, &big.o), -E2BIG);
+	assert_ptr_equal(m, (struct folio_mapping *)(uintptr_t)1);
+	big.newer = 0;
+	assert_int_equal(folio_mapping_new(&m, &big.o), 0);
+	struct {
+		struct folio_mapping_stats st;
+		uint64_t newer;
+	} bst = {.st = {.sz = sizeof(bst)}, .newer = 7};
+	assert_int_equal(folio_mapping_stats(m, &bst.st), -E2BIG);
+	bst.newer = 0;
+	assert_int_equal(folio_mapping_stats(m, &bst.st), 0);
+	assert_int_equal(bst.newer, 0);
+	assert_int_equal(folio_mapping_free(m), 0);
 	/* All defaults. */
 	struct folio_mapping_opts d = {.sz = sizeof(d), .engine = e};
 	assert_int_equal(folio_mapping_new(&m, &d), 0);
@@ -436,14 +459,257 @@ static void test_write_begin_end(void **state)
 	assert_int_equal(folio_mapping_lookup(m, 131072, &f), 0);
 	assert_int_equal(folio_mapping_write_end(m, f, 131072, 1), -EINVAL);
 	folio_put(f);
-	/* Range outside the folio: refused, but the folio is released. */
+	/* Range outside the folio: refused, and nothing changes: the folio
+	 * stays locked until a valid write_end() (copied 0 releases it). */
 	n = folio_mapping_write_begin(m, 0, 10, &f);
 	assert_true(n > 0);
 	assert_int_equal(folio_mapping_write_end(m, f, 1 << 20, 1), -EINVAL);
+	assert_true(folio_test_locked(f));
+	assert_int_equal(folio_mapping_write_end(m, f, 0, 0), 0);
 	assert_int_equal(folio_mapping_lookup(m, 0, &f), 0);
 	assert_false(folio_test_locked(f));
 	folio_put(f);
 	free(orig);
+}
+
+/* write_end() commits only what write_begin() prepared: the bytes past
+ * a planned range were never read, and committing them would write heap
+ * garbage back (defect: begin(100, 10) then end(5000, 3192) returned
+ * 3192). A folio locked with folio_lock() is not write_begin()'s. */
+static void test_write_end_prepared_range(void **state)
+{
+	struct fixture *fx = *state;
+	struct folio_mapping *m = fx->map;
+	struct folio *f;
+	unsigned char *orig = malloc(MIB);
+	fill(orig, MIB, 1);
+	assert_int_equal(folio_mapping_write_begin(m, 100, 10, &f), 10);
+	uint64_t dirty0 = test_mapping_stats(m).dirty_bytes;
+	assert_int_equal(folio_mapping_write_end(m, f, 5000, 3192), -EINVAL);
+	assert_int_equal(folio_mapping_write_end(m, f, 101, 5), -EINVAL);
+	assert_int_equal(folio_mapping_write_end(m, f, 100, 11), -EINVAL);
+	assert_int_equal(test_mapping_stats(m).dirty_bytes, dirty0);
+	assert_true(folio_test_locked(f));
+	memset((unsigned char *)folio_data(f) + 100, 0xee, 10);
+	assert_int_equal(folio_mapping_write_end(m, f, 100, 10), 10);
+	/* The folio is released: a second write_end() is refused. */
+	assert_int_equal(folio_mapping_write_end(m, f, 100, 10), -EINVAL);
+	unsigned char got[8192];
+	assert_int_equal(folio_mapping_read(m, got, sizeof(got), 0),
+			 sizeof(got));
+	memset(orig + 100, 0xee, 10);
+	assert_memory_equal(got, orig, sizeof(got));
+
+	/* A lock taken by folio_lock() after a lookup is refused. */
+	assert_int_equal(folio_mapping_lookup(m, 0, &f), 0);
+	assert_int_equal(folio_lock(f), 0);
+	assert_int_equal(folio_mapping_write_end(m, f, 0, 1), -EINVAL);
+	assert_int_equal(folio_unlock(f), 0);
+	/* Nor does a write_begin() lock survive a bare folio_unlock(). */
+	struct folio *g;
+	assert_int_equal(folio_mapping_write_begin(m, 0, 10, &g), 10);
+	assert_ptr_equal(g, f);
+	assert_int_equal(folio_unlock(g), 0);
+	assert_int_equal(folio_lock(f), 0);
+	assert_int_equal(folio_mapping_write_end(m, f, 0, 1), -EINVAL);
+	assert_int_equal(folio_unlock(f), 0);
+	folio_put(g); /* write_begin()'s reference */
+	folio_put(f);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	unsigned char store[8192];
+	assert_int_equal(folio_engine_mem_peek(fx->engine, store, 8192, 0), 0);
+	assert_memory_equal(store, orig, sizeof(store));
+	free(orig);
+}
+
+/*
+ * map() extents smaller than a block split a block read into pieces.
+ * When one piece fails, the others must not mark the block uptodate
+ * (defect: the read copied uninitialised memory). Scattered extents keep
+ * every piece its own request.
+ */
+static void test_read_pieces_fail(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	struct folio_mapping *m;
+	assert_int_equal(folio_engine_mem(&e, MIB), 0);
+	assert_int_equal(folio_engine_mem_set_map(e, 512, true), 0);
+	unsigned char *orig = malloc(64 * 1024);
+	fill(orig, 64 * 1024, 3);
+	assert_int_equal(folio_engine_mem_poke(e, orig, 64 * 1024, 0), 0);
+	struct folio_mapping_opts o = default_opts(e);
+	o.size = 64 * 1024;
+	assert_int_equal(folio_mapping_new(&m, &o), 0);
+	/* The third 512-byte piece of block 1 fails. */
+	struct folio_mem_fault fault = {.sz = sizeof(fault),
+					.ops = FOLIO_MEM_OP_READ,
+					.pos = 4096 + 1024,
+					.len = 512,
+					.error = -EIO};
+	assert_int_equal(folio_engine_mem_inject(e, &fault), 0);
+	unsigned char got[3 * 4096];
+	ssize_t n = folio_mapping_read(m, got, sizeof(got), 0);
+	/* Block 0 is fine, block 1 is not: the read stops there. */
+	assert_true(n == -EIO || n == 4096);
+	if (n > 0)
+		assert_memory_equal(got, orig, (size_t)n);
+	struct folio *f;
+	assert_int_equal(folio_mapping_lookup(m, 4096, &f), 0);
+	assert_int_equal(folio_is_uptodate(f, 4096 - folio_pos(f), 4096), 0);
+	folio_put(f);
+	assert_int_equal(folio_mapping_lookup(m, 0, &f), 0);
+	assert_int_equal(folio_is_uptodate(f, 0, 4096), 1);
+	folio_put(f);
+	/* A read of the failing block alone fails, every time. */
+	assert_int_equal(folio_mapping_read(m, got, 100, 4096 + 3000), -EIO);
+	assert_int_equal(folio_mapping_read(m, got, 100, 4096 + 3000), -EIO);
+	/* A write's edge read of that block fails the same way and marks
+	 * nothing. */
+	assert_int_equal(folio_mapping_write(m, got, 10, 4096 + 10), -EIO);
+	assert_int_equal(test_mapping_stats(m).dirty_bytes, 0);
+	assert_int_equal(folio_engine_mem_clear_faults(e), 0);
+	assert_int_equal(folio_mapping_read(m, got, sizeof(got), 0),
+			 sizeof(got));
+	assert_memory_equal(got, orig, sizeof(got));
+	free(orig);
+	test_close(m, e);
+}
+
+/* A failed engine truncate changes nothing visible: the size stays and
+ * so do the bytes (defect: the cache took the new size first, and growing
+ * again brought back the old bytes where zeros were due). */
+static void test_truncate_engine_fails(void **state)
+{
+	struct fixture *fx = *state;
+	struct folio_mapping *m = fx->map;
+	unsigned char *orig = malloc(MIB), got[8192];
+	fill(orig, MIB, 1);
+	memset(orig + 60000, 0x77, 8192);
+	assert_int_equal(folio_mapping_write(m, orig + 60000, 8192, 60000),
+			 8192);
+	struct folio_mem_fault fault = {.sz = sizeof(fault),
+					.ops = FOLIO_MEM_OP_TRUNCATE,
+					.count = 1,
+					.error = -EIO};
+	assert_int_equal(folio_engine_mem_inject(fx->engine, &fault), 0);
+	assert_int_equal(folio_mapping_truncate(m, 4096), -EIO);
+	assert_int_equal(folio_mapping_size(m), MIB);
+	assert_int_equal(test_mem_stats(fx->engine).size, MIB);
+	assert_int_equal(folio_mapping_read(m, got, 8192, 60000), 8192);
+	assert_memory_equal(got, orig + 60000, 8192);
+	/* The dirty data survived the failed shrink and syncs. */
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	unsigned char *store = malloc(MIB);
+	assert_int_equal(folio_engine_mem_peek(fx->engine, store, MIB, 0), 0);
+	assert_memory_equal(store, orig, MIB);
+	/* A failed grow changes nothing either. */
+	fault.count = 1;
+	assert_int_equal(folio_engine_mem_inject(fx->engine, &fault), 0);
+	assert_int_equal(folio_mapping_truncate(m, 2 * MIB), -EIO);
+	assert_int_equal(folio_mapping_size(m), MIB);
+	/* Shrink and grow for real: zeros where the cut was. */
+	assert_int_equal(folio_mapping_truncate(m, 4096), 0);
+	assert_int_equal(folio_mapping_truncate(m, MIB), 0);
+	assert_int_equal(folio_mapping_read(m, got, 8192, 60000), 8192);
+	for (size_t i = 0; i < 8192; i++)
+		assert_int_equal(got[i], 0);
+	free(store);
+	free(orig);
+}
+
+/* Overflowing or out-of-range invalidate ranges are -ERANGE and change
+ * nothing (defect: (4096, UINT64_MAX, DISCARD) returned 0 and threw
+ * away dirty data). */
+static void test_invalidate_ranges(void **state)
+{
+	struct fixture *fx = *state;
+	struct folio_mapping *m = fx->map;
+	unsigned char b[8192];
+	memset(b, 9, sizeof(b));
+	assert_int_equal(folio_mapping_write(m, b, sizeof(b), 8192), 8192);
+	uint64_t big = UINT64_C(1) << 63;
+	struct {
+		uint64_t pos, len;
+	} bad[] = {{4096, UINT64_MAX}, {UINT64_MAX - 10, 100}, {big, 1},
+		   {big, 0}, {(UINT64_C(1) << 62) + 1, 0},
+		   {1, UINT64_C(1) << 62}};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		for (unsigned fl = 0; fl <= FOLIO_INVALIDATE_DISCARD; fl++)
+			assert_int_equal(folio_mapping_invalidate(
+						 m, bad[i].pos, bad[i].len, fl),
+					 -ERANGE);
+	}
+	assert_int_equal(folio_mapping_invalidate(m, 0, 0, 0x10), -EINVAL);
+	assert_int_equal(test_mapping_stats(m).dirty_bytes, 8192);
+	/* The largest valid ranges are fine. */
+	assert_int_equal(folio_mapping_invalidate(m, UINT64_C(1) << 62, 0,
+						  FOLIO_INVALIDATE_DISCARD),
+			 0);
+	assert_int_equal(folio_mapping_invalidate(m, 0, UINT64_C(1) << 62,
+						  0),
+			 -EBUSY);
+	assert_int_equal(test_mapping_stats(m).dirty_bytes, 8192);
+}
+
+/*
+ * Discarding dirty data that reaches EOF leaves EOF where the store will
+ * be once what remains is written back (defect: after discarding an
+ * appended tail, sync returned 0 with the mapping's size above the
+ * store's).
+ */
+static void test_discard_tail_size(void **state)
+{
+	struct fixture *fx = *state;
+	struct folio_mapping *m = fx->map;
+	unsigned char b[20000], got[20000];
+	memset(b, 5, sizeof(b));
+	/* Store 1 MiB; append 20000 bytes and discard them again. */
+	assert_int_equal(folio_mapping_write(m, b, sizeof(b), MIB),
+			 sizeof(b));
+	assert_int_equal(folio_mapping_size(m), MIB + sizeof(b));
+	assert_int_equal(folio_mapping_invalidate(m, MIB, 0,
+						  FOLIO_INVALIDATE_DISCARD),
+			 0);
+	assert_int_equal(folio_mapping_size(m), MIB);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(test_mem_stats(fx->engine).size, MIB);
+
+	/* Discard only the end of an append: EOF goes to the range start,
+	 * and what stays is written. */
+	assert_int_equal(folio_mapping_write(m, b, sizeof(b), MIB),
+			 sizeof(b));
+	assert_int_equal(folio_mapping_invalidate(m, MIB + 10000, 10000,
+						  FOLIO_INVALIDATE_DISCARD),
+			 0);
+	assert_int_equal(folio_mapping_size(m), MIB + 10000);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(test_mem_stats(fx->engine).size, MIB + 10000);
+	assert_int_equal(folio_engine_mem_peek(fx->engine, got, 10000, MIB),
+			 0);
+	assert_memory_equal(got, b, 10000);
+	assert_int_equal(folio_mapping_read(m, got, sizeof(got), MIB),
+			 10000);
+
+	/* A write past EOF leaves a gap; discarding the far write pulls EOF
+	 * back to the end of the dirty block before it. */
+	assert_int_equal(folio_mapping_write(m, b, 100, MIB + 20000), 100);
+	assert_int_equal(folio_mapping_write(m, b, 100, MIB + 300000), 100);
+	assert_int_equal(folio_mapping_invalidate(m, MIB + 300000, 0,
+						  FOLIO_INVALIDATE_DISCARD),
+			 0);
+	int64_t size = folio_mapping_size(m);
+	assert_true(size >= MIB + 20100 && size <= MIB + 300000);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(test_mem_stats(fx->engine).size, (uint64_t)size);
+	assert_int_equal(folio_mapping_read(m, got, 100, MIB + 20000), 100);
+	assert_memory_equal(got, b, 100);
+	/* Discarding a middle range leaves EOF alone. */
+	assert_int_equal(folio_mapping_write(m, b, 8192, 0), 8192);
+	assert_int_equal(folio_mapping_invalidate(m, 0, 8192,
+						  FOLIO_INVALIDATE_DISCARD),
+			 0);
+	assert_int_equal(folio_mapping_size(m), size);
 }
 
 static void test_lookup_and_folio_sizes(void **state)
@@ -606,6 +872,15 @@ int main(void)
 						setup_empty, teardown),
 		cmocka_unit_test_setup_teardown(test_write_begin_end, setup_1m,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_write_end_prepared_range,
+						setup_1m, teardown),
+		cmocka_unit_test(test_read_pieces_fail),
+		cmocka_unit_test_setup_teardown(test_truncate_engine_fails,
+						setup_1m, teardown),
+		cmocka_unit_test_setup_teardown(test_invalidate_ranges,
+						setup_1m, teardown),
+		cmocka_unit_test_setup_teardown(test_discard_tail_size,
+						setup_1m, teardown),
 		cmocka_unit_test_setup_teardown(test_lookup_and_folio_sizes,
 						setup_large, teardown),
 		cmocka_unit_test_setup_teardown(test_reopen, setup_1m,

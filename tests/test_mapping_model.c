@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "folio_state.h"
+#include "folio_state_mem.h"
 #include "test_util.h"
 
 #define SPACE (8u << 20) /* positions stay below this */

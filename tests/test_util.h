@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "folio_state.h"
+#include "folio_state_mem.h"
 
 /* xorshift64*: fast, good enough for test workloads, reproducible. */
 static inline uint64_t test_rand(uint64_t *state)

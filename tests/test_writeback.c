@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "folio_state.h"
+#include "folio_state_mem.h"
 #include "test_util.h"
 
 #define KIB 1024u

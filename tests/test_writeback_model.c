@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "folio_state.h"
+#include "folio_state_mem.h"
 #include "test_util.h"
 
 #define SPACE (4u << 20)

@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include "folio_state.h"
+#include "folio_state_mem.h"
 #include "test_util.h"
 
 #if defined(__SANITIZE_THREAD__)

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include <folio_state.h>
+#include <folio_state_mem.h>
 
 #define KIB 1024u
 #define MIB (1024u * 1024u)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include <folio_state.h>
+#include <folio_state_mem.h>
 
 #define CHECK(cond)                                                       \
 	do {                                                              \

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "folio_state_mem.h"
 
 /* ---- sizes and names ---------------------------------------------------- */
 

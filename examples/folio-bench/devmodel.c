@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "folio_state_mem.h"
 
 struct devmodel {
 	pthread_mutex_t lock;

@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "folio_state_mem.h"
 #include "recstore.h"
 
 #define BLOCK 4096u
