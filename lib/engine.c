@@ -91,25 +91,56 @@ void io_group_done(struct io_group *g, int error)
 		futex_wake_all(&g->pending);
 }
 
-void engine_wait_zero(struct folio_engine *e, atomic_uint *word)
+/* Longest pause between wait() calls of an engine whose wait() fails. */
+#define ENGINE_WAIT_ERROR_MAX_NS 10000000L
+
+int engine_wait_until(struct folio_engine *e, bool (*done)(void *arg),
+		      void (*sleep)(void *arg, const struct timespec *t),
+		      void *arg)
 {
-	static const struct timespec backoff = {0, ENGINE_POLL_BACKOFF_NS};
-	unsigned v;
-	while ((v = atomic_load_explicit(word, memory_order_acquire))) {
+	struct timespec pause = {0, ENGINE_POLL_BACKOFF_NS};
+	int err = 0;
+	while (!done(arg)) {
 		if (!e->ops.wait) {
-			futex_wait(word, v);
+			sleep(arg, NULL);
 			continue;
 		}
-		e->ops.wait(e->ctx);
-		v = atomic_load_explicit(word, memory_order_acquire);
-		if (v)
-			futex_wait_for(word, v, &backoff);
+		int r = e->ops.wait(e->ctx);
+		if (r) {
+			/* Report it, but keep waiting: the requests point
+			 * into folio memory and the waiter's stack, so
+			 * nobody may leave before they completed. Slow the
+			 * retries down instead of spinning on a broken
+			 * wait(). */
+			if (!err)
+				err = r < 0 ? r : -EIO;
+			pause.tv_nsec = MIN(pause.tv_nsec * 2,
+					    ENGINE_WAIT_ERROR_MAX_NS);
+		}
+		if (!done(arg))
+			sleep(arg, &pause);
 	}
+	return err;
+}
+
+static bool group_done(void *arg)
+{
+	struct io_group *g = arg;
+	return !atomic_load_explicit(&g->pending, memory_order_acquire);
+}
+
+static void group_sleep(void *arg, const struct timespec *t)
+{
+	struct io_group *g = arg;
+	unsigned v = atomic_load_explicit(&g->pending, memory_order_acquire);
+	if (v)
+		futex_wait_for(&g->pending, v, t);
 }
 
 int io_group_wait(struct io_group *g, struct folio_engine *e)
 {
 	atomic_fetch_sub_explicit(&g->pending, 1, memory_order_acq_rel);
-	engine_wait_zero(e, &g->pending);
-	return atomic_load(&g->error);
+	int werr = engine_wait_until(e, group_done, group_sleep, g);
+	int err = atomic_load(&g->error);
+	return err ? err : werr;
 }

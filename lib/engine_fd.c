@@ -12,11 +12,27 @@
  * and flush (fdatasync of the inode) covers both.
  */
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <limits.h>
 #include <stdio.h>
 #include <unistd.h>
 
 #include "engine_fd.h"
+
+int engine_fd_check(int fd, int *fl)
+{
+	int flags = fcntl(fd, F_GETFL);
+	if (flags < 0 || (flags & O_PATH))
+		return -EBADF;
+	struct stat st;
+	if (fstat(fd, &st))
+		return -EBADF;
+	if ((!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) ||
+	    (flags & O_APPEND))
+		return -EINVAL;
+	*fl = flags;
+	return 0;
+}
 
 #ifndef IOV_MAX
 #define IOV_MAX 1024

@@ -4,6 +4,13 @@
 
 #include "internal.h"
 
+/* Can the engines do positioned I/O on @fd? A regular file or a block
+ * device, open for I/O (not O_PATH) and without O_APPEND (pwrite() would
+ * append wherever the library asked to write). On success *@fl holds its
+ * F_GETFL flags. Returns 0, -EBADF (not open, O_PATH) or -EINVAL (a pipe,
+ * socket, directory, ... or O_APPEND). */
+int engine_fd_check(int fd, int *fl);
+
 /* preadv/pwritev the whole request at dev_pos, looping on short
  * transfers and EINTR; reads that meet end of file are zero-filled.
  * Returns the bytes done (possibly short for a write) or -errno. */

@@ -76,9 +76,10 @@ int folio_engine_posix(struct folio_engine **out, int fd, unsigned flags)
 {
 	if (!out || fd < 0 || (flags & ~FOLIO_ENGINE_DIRECT))
 		return -EINVAL;
-	int fl = fcntl(fd, F_GETFL);
-	if (fl < 0)
-		return -EBADF;
+	int fl;
+	int bad = engine_fd_check(fd, &fl);
+	if (bad)
+		return bad;
 	struct posix_ctx *c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;

@@ -654,9 +654,10 @@ int folio_engine_uring(struct folio_engine **out, int fd, unsigned depth,
 	if (!out || fd < 0 || !depth || depth > URING_MAX_DEPTH ||
 	    (flags & ~URING_FLAGS))
 		return -EINVAL;
-	int fl = fcntl(fd, F_GETFL);
-	if (fl < 0)
-		return -EBADF;
+	int fl;
+	int bad = engine_fd_check(fd, &fl);
+	if (bad)
+		return bad;
 	struct uring_ctx *c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;

@@ -232,15 +232,22 @@ void io_group_init(struct io_group *g);
 void io_group_add(struct io_group *g);
 void io_group_done(struct io_group *g, int error);
 /* Drop the submitter's bias and wait for every request, driving the
- * engine's wait() when it has one. Returns the first error or 0. */
+ * engine's wait() when it has one. Returns the first request error, else
+ * wait()'s error, else 0. */
 int io_group_wait(struct io_group *g, struct folio_engine *e);
 
-/* Sleep until *word is 0, where whoever brings it to 0 wakes it with
- * futex_wake_all(). A polled engine is driven through its wait(); as
- * wait() returns at once when the engine has nothing in flight (the last
- * request may still be being built elsewhere), the loop then sleeps
- * briefly instead of spinning. */
-void engine_wait_zero(struct folio_engine *e, atomic_uint *word);
+/*
+ * Sleep until done(arg), where whoever makes it true wakes the sleeper
+ * that sleep(arg, timeout) puts to sleep (timeout NULL: no limit). A
+ * polled engine is driven through its wait(); as wait() returns at once
+ * when the engine has nothing in flight (the last request may still be
+ * being built elsewhere), the loop then sleeps briefly instead of
+ * spinning. Returns 0, or the first error wait() returned (the wait
+ * still lasts until done(arg)).
+ */
+int engine_wait_until(struct folio_engine *e, bool (*done)(void *arg),
+		      void (*sleep)(void *arg, const struct timespec *t),
+		      void *arg);
 
 /* How long a waiter driving a polled engine sleeps between wait() calls
  * that made no progress for it. */

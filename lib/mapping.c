@@ -327,21 +327,20 @@ void mapping_remove_folio(struct folio_mapping *m, struct folio *f)
 	folio_put(f);
 }
 
-void mapping_wait_writeback(struct folio_mapping *m, struct folio *f)
+static bool writeback_done(void *arg)
 {
-	static const struct timespec backoff = {0, ENGINE_POLL_BACKOFF_NS};
-	struct folio_engine *e = m->engine;
-	if (!e->ops.wait) {
-		folio_wait_flag_clear(f, FOLIO_F_WRITEBACK);
-		return;
-	}
-	/* See engine_wait_zero(): drive the engine, back off briefly when
-	 * that made no progress for this folio. */
-	while (folio_test_writeback(f)) {
-		e->ops.wait(e->ctx);
-		if (folio_test_writeback(f))
-			folio_wait_flag_clear_for(f, FOLIO_F_WRITEBACK, &backoff);
-	}
+	return !folio_test_writeback(arg);
+}
+
+static void writeback_sleep(void *arg, const struct timespec *t)
+{
+	folio_wait_flag_clear_for(arg, FOLIO_F_WRITEBACK, t);
+}
+
+int mapping_wait_writeback(struct folio_mapping *m, struct folio *f)
+{
+	return engine_wait_until(m->engine, writeback_done, writeback_sleep,
+				 f);
 }
 
 void mapping_zero_past_eof(struct folio_mapping *m, struct folio *f,

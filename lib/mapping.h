@@ -181,8 +181,9 @@ int errseq_check_advance(struct folio_mapping *m, folio_errseq_t *cursor);
  * holds the folio lock and io_lock exclusively. */
 void mapping_remove_folio(struct folio_mapping *m, struct folio *f);
 
-/* Sleep until the folio's writeback ends, driving a polled engine. */
-void mapping_wait_writeback(struct folio_mapping *m, struct folio *f);
+/* Sleep until the folio's writeback ends, driving a polled engine.
+ * Returns 0 or the error the engine's wait() returned meanwhile. */
+int mapping_wait_writeback(struct folio_mapping *m, struct folio *f);
 
 /* Zero the bytes of [off, off+len) of f that lie at or past EOF. */
 void mapping_zero_past_eof(struct folio_mapping *m, struct folio *f,

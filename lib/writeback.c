@@ -227,20 +227,25 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
  * started before them (a folio whose runs another pass took is no longer
  * dirty, so the pass itself never visits it), without waiting for writes
  * started later, as waiting for all of the mapping's I/O would under a
- * stream of syncs from other threads.
+ * stream of syncs from other threads. Returns 0 or the first error of the
+ * engine's wait().
  */
-static void wait_range_writeback(struct folio_mapping *m, uint64_t start,
-				 uint64_t end)
+static int wait_range_writeback(struct folio_mapping *m, uint64_t start,
+				uint64_t end)
 {
 	if (start >= end)
-		return;
+		return 0;
 	uint64_t key = mapping_key(m, start);
 	uint64_t last = mapping_key(m, end - 1);
 	struct folio *f;
+	int err = 0;
 	while ((f = mapping_next_folio(m, &key, last, INDEX_TAG_WRITEBACK))) {
-		mapping_wait_writeback(m, f);
+		int r = mapping_wait_writeback(m, f);
+		if (!err)
+			err = r;
 		folio_put(f);
 	}
+	return err;
 }
 
 static int64_t writeback_pass(struct folio_mapping *m,
@@ -276,7 +281,9 @@ static int64_t writeback_pass(struct folio_mapping *m,
 				}
 				/* Never sleep on a request we still hold. */
 				rqb_finish(&b);
-				mapping_wait_writeback(m, f);
+				int r = mapping_wait_writeback(m, f);
+				if (r)
+					errseq_record(m, r);
 			}
 			if (folio_test_dirty(f)) {
 				queued += writeback_folio(m, &b, f,
@@ -296,8 +303,15 @@ static int64_t writeback_pass(struct folio_mapping *m,
 	rqb_finish(&b);
 	brlock_read_unlock(&m->io_lock);
 	if (p->wait_busy) {
-		io_group_wait(&own, m->engine);
-		wait_range_writeback(m, p->start, p->end);
+		/* Request errors are recorded by their completions; what
+		 * else comes back is the engine's wait() failing, and a
+		 * data-integrity pass must not look like it succeeded. */
+		int r = io_group_wait(&own, m->engine);
+		if (r && r != atomic_load(&own.error))
+			errseq_record(m, r);
+		r = wait_range_writeback(m, p->start, p->end);
+		if (r)
+			errseq_record(m, r);
 	}
 	return (int64_t)queued;
 }

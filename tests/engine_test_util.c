@@ -738,21 +738,37 @@ void fe_test_direct_tail(void **state)
 	tfile_close(&f);
 }
 
-/* Errors complete the request with -errno: reading a directory gives
- * EISDIR, writing through a read-only fd EBADF. */
+/* Descriptors positioned I/O cannot use are refused at creation: a
+ * directory, a pipe, an O_APPEND file (pwrite would append wherever the
+ * library asked to write) with -EINVAL, an O_PATH one with -EBADF. Errors
+ * of accepted descriptors complete the request with -errno: writing
+ * through a read-only fd gives EBADF. */
 void fe_test_errors(void **state)
 {
 	struct tfile f;
 	if (!tfile_open(&f, state))
 		return;
 	char buf[100] = {0};
+	struct folio_engine *e = NULL;
 	int dfd = open(f.w->dir, O_RDONLY | O_DIRECTORY);
 	assert_true(dfd >= 0);
-	struct folio_engine *e = fe_new(dfd, 0);
-	assert_int_equal(do_io(e, FOLIO_IO_READ, 0, buf, sizeof(buf), 1, 0),
-			 -EISDIR);
-	assert_int_equal(folio_engine_free(e), 0);
+	assert_int_equal(fe_engine->try_create(&e, dfd, 0), -EINVAL);
 	close(dfd);
+	int p[2];
+	assert_int_equal(pipe(p), 0);
+	assert_int_equal(fe_engine->try_create(&e, p[0], 0), -EINVAL);
+	assert_int_equal(fe_engine->try_create(&e, p[1], 0), -EINVAL);
+	close(p[0]);
+	close(p[1]);
+	int afd = open(f.path, O_RDWR | O_APPEND);
+	assert_true(afd >= 0);
+	assert_int_equal(fe_engine->try_create(&e, afd, 0), -EINVAL);
+	close(afd);
+	int pfd = open(f.path, O_PATH);
+	assert_true(pfd >= 0);
+	assert_int_equal(fe_engine->try_create(&e, pfd, 0), -EBADF);
+	close(pfd);
+	assert_null(e);
 
 	int ro = open(f.path, O_RDONLY);
 	assert_true(ro >= 0);
@@ -764,10 +780,13 @@ void fe_test_errors(void **state)
 	tfile_close(&f);
 }
 
-/* Malformed requests are refused before any I/O, so any fd serves. */
+/* Malformed requests are refused before any I/O. */
 void fe_test_bad_requests(void **state)
 {
-	struct folio_engine *e = fe_new(STDERR_FILENO, 0);
+	struct tfile f;
+	if (!tfile_open(&f, state))
+		return;
+	struct folio_engine *e = fe_new(f.fd, 0);
 	char buf[16] = {0};
 	struct tio t;
 	assert_int_equal(e->ops.submit(folio_engine_ctx(e), NULL), -EINVAL);
@@ -793,4 +812,5 @@ void fe_test_bad_requests(void **state)
 			 -EINVAL);
 	assert_int_equal(folio_engine_mem_poke(e, buf, 1, 0), -EINVAL);
 	assert_int_equal(folio_engine_free(e), 0);
+	tfile_close(&f);
 }

@@ -119,6 +119,8 @@ struct file_engine {
 	const char *name; /* names the temporary directories and seeds */
 	/* An engine on fd (assert on failure). */
 	struct folio_engine *(*create)(int fd, unsigned flags);
+	/* The constructor itself: 0 or its error. */
+	int (*try_create)(struct folio_engine **out, int fd, unsigned flags);
 	/* submit() completes before it returns; otherwise nothing completes
 	 * before unplug() and wait() (without an engine thread). */
 	bool completes_in_submit;

@@ -2,7 +2,7 @@
 /*
  * Tests of the posix engine on real files. What it shares with the io_uring
  * engine is tested by engine_test_util.c; here are only what is its own: a
- * synchronous engine's errors on a pipe and its constructor's arguments.
+ * its constructor's arguments.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,29 +22,17 @@ static struct folio_engine *posix_new(int fd, unsigned flags)
 	return e;
 }
 
+static int posix_try(struct folio_engine **out, int fd, unsigned flags)
+{
+	return folio_engine_posix(out, fd, flags);
+}
+
 static const struct file_engine posix_engine = {
 	.name = "posix",
 	.create = posix_new,
+	.try_create = posix_try,
 	.completes_in_submit = true,
 };
-
-/* Errors complete the request with -errno: preadv on a pipe gives
- * ESPIPE; ftruncate on it gives EINVAL. Not for io_uring, whose read of
- * an empty pipe would wait for data. */
-static void test_errors_pipe(void **state)
-{
-	int p[2];
-	assert_int_equal(pipe(p), 0);
-	struct folio_engine *e = posix_new(p[0], 0);
-	char buf[100] = {0};
-	assert_int_equal(do_io(e, FOLIO_IO_READ, 0, buf, sizeof(buf), 1, 0),
-			 -ESPIPE);
-	assert_int_equal(eng_truncate(e, 0), -EINVAL);
-	assert_true(eng_flush(e) <= 0);
-	assert_int_equal(folio_engine_free(e), 0);
-	close(p[0]);
-	close(p[1]);
-}
 
 static void test_bad_input(void **state)
 {
@@ -75,7 +63,6 @@ int main(void)
 		FE_ON_BOTH(direct),
 		FE_ON_BOTH(direct_tail),
 		FE_TEST(errors),
-		cmocka_unit_test(test_errors_pipe),
 		FE_TEST(bad_requests),
 		cmocka_unit_test(test_bad_input),
 	};

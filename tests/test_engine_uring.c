@@ -39,9 +39,15 @@ static struct folio_engine *uring_new_default(int fd, unsigned flags)
 	return uring_new(fd, 8, flags);
 }
 
+static int uring_try(struct folio_engine **out, int fd, unsigned flags)
+{
+	return folio_engine_uring(out, fd, 8, flags);
+}
+
 static const struct file_engine uring_engine = {
 	.name = "uring",
 	.create = uring_new_default,
+	.try_create = uring_try,
 	.completion_thread_flag = FOLIO_URING_COMPLETION_THREAD,
 };
 

@@ -1,0 +1,409 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Flushes and unstable data (lib/commit.c): written blocks stay the
+ * cache's until a flush that began after their write succeeds; a failed
+ * flush makes them dirty again so the next sync rewrites them; flushes of
+ * one mapping run one at a time and late arrivals share the next one.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "folio_state.h"
+#include "folio_state_mem.h"
+#include "test_util.h"
+
+#define KIB 1024u
+
+static struct folio_mapping *new_mapping(struct folio_engine *e,
+					 size_t max_folio, unsigned flags)
+{
+	struct folio_mapping_opts o = {.sz = sizeof(o),
+				       .block_size = 4096,
+				       .max_folio_size = max_folio,
+				       .flags = flags,
+				       .engine = e};
+	struct folio_mapping *m;
+	assert_int_equal(folio_mapping_new(&m, &o), 0);
+	return m;
+}
+
+static void pattern(unsigned char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (unsigned char)(seed * 29 + i * 13 + (i >> 8));
+}
+
+/*
+ * A flush that fails, and loses what the disk cache held, must not be
+ * forgotten: the next sync writes the bytes again and flushes again, and
+ * only then returns 0 (defect: the second sync issued no write, returned
+ * 0, and a power cut then lost the data).
+ */
+static void flush_failure_rewrites(unsigned fault_flags)
+{
+	struct folio_engine *e;
+	assert_int_equal(folio_engine_mem(&e, 1u << 20), 0);
+	assert_int_equal(folio_engine_mem_set_volatile(e, true), 0);
+	struct folio_mapping *m = new_mapping(e, 64 * KIB, 0);
+	unsigned char data[3 * 4096 + 100], got[sizeof(data)];
+	pattern(data, sizeof(data), 1);
+	assert_int_equal(folio_mapping_write(m, data, sizeof(data), 5000),
+			 sizeof(data));
+	struct folio_mem_fault fault = {.sz = sizeof(fault),
+					.ops = FOLIO_MEM_OP_FLUSH,
+					.count = 1,
+					.error = -EIO,
+					.flags = fault_flags};
+	assert_int_equal(folio_engine_mem_inject(e, &fault), 0);
+	folio_errseq_t other = folio_mapping_err_cursor(m);
+	assert_int_equal(folio_mapping_sync(m, NULL), -EIO);
+	/* Everything the failed flush covered is dirty again. */
+	struct folio_mapping_stats st = test_mapping_stats(m);
+	assert_int_equal(st.unstable_bytes, 0);
+	assert_true(st.dirty_bytes >= sizeof(data));
+	uint64_t writes = test_mem_stats(e).write_bytes;
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_true(test_mem_stats(e).write_bytes >= writes + sizeof(data));
+	/* Another cursor sees the error once. */
+	assert_int_equal(folio_mapping_sync(m, &other), -EIO);
+	assert_int_equal(folio_mapping_sync(m, &other), 0);
+	/* Durable now: a power cut keeps it. */
+	assert_int_equal(folio_engine_mem_power_cut(e, 0, 0), 0);
+	assert_int_equal(folio_engine_mem_peek_durable(e, got, sizeof(got),
+						       5000),
+			 0);
+	assert_memory_equal(got, data, sizeof(data));
+	assert_int_equal(test_mem_stats(e).durable_size, 5000 + sizeof(data));
+	test_close(m, e);
+}
+
+static void test_flush_failure_lose(void **state)
+{
+	(void)state;
+	flush_failure_rewrites(FOLIO_MEM_FAULT_LOSE);
+}
+
+static void test_flush_failure_keep(void **state)
+{
+	(void)state;
+	flush_failure_rewrites(0);
+}
+
+/* Drop policy (Linux): a failed flush is reported once and nothing is
+ * kept for it. */
+static void test_flush_failure_drop_policy(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	assert_int_equal(folio_engine_mem(&e, 1u << 20), 0);
+	struct folio_mapping *m = new_mapping(e, 64 * KIB,
+					      FOLIO_MAPPING_DROP_ON_ERROR);
+	unsigned char data[4096] = {7};
+	assert_int_equal(folio_mapping_write(m, data, sizeof(data), 0),
+			 sizeof(data));
+	assert_int_equal(folio_mapping_writeback(m, NULL), 4096);
+	assert_int_equal(test_mapping_stats(m).unstable_bytes, 0);
+	struct folio_mem_fault fault = {.sz = sizeof(fault),
+					.ops = FOLIO_MEM_OP_FLUSH,
+					.count = 1,
+					.error = -EIO};
+	assert_int_equal(folio_engine_mem_inject(e, &fault), 0);
+	assert_int_equal(folio_mapping_sync(m, NULL), -EIO);
+	uint64_t writes = test_mem_stats(e).write_requests;
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(test_mem_stats(e).write_requests, writes);
+	test_close(m, e);
+}
+
+/* Written but not flushed: clean, counted, and kept by invalidate and
+ * free until a sync made it durable. */
+static void test_unstable_kept(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	assert_int_equal(folio_engine_mem(&e, 1u << 20), 0);
+	struct folio_mapping *m = new_mapping(e, 16 * KIB, 0);
+	unsigned char data[10000];
+	pattern(data, sizeof(data), 2);
+	assert_int_equal(folio_mapping_write(m, data, sizeof(data), 0),
+			 sizeof(data));
+	assert_int_equal(folio_mapping_writeback(m, NULL), sizeof(data));
+	struct folio_mapping_stats st = test_mapping_stats(m);
+	assert_int_equal(st.dirty_bytes, 0);
+	assert_int_equal(st.unstable_bytes, 3 * 4096);
+	assert_int_equal(folio_mapping_invalidate(m, 0, 0, 0), -EBUSY);
+	assert_int_equal(test_mapping_stats(m).folios, st.folios);
+	assert_int_equal(folio_mapping_free(m), -EBUSY);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	st = test_mapping_stats(m);
+	assert_int_equal(st.unstable_bytes, 0);
+	assert_int_equal(folio_mapping_invalidate(m, 0, 0, 0), 0);
+	assert_int_equal(test_mapping_stats(m).folios, 0);
+	/* Truncate forgets unstable bytes past the new size, discard those
+	 * it throws away. */
+	assert_int_equal(folio_mapping_write(m, data, sizeof(data), 0),
+			 sizeof(data));
+	assert_int_equal(folio_mapping_writeback(m, NULL), sizeof(data));
+	assert_int_equal(folio_mapping_truncate(m, 4096), 0);
+	assert_int_equal(test_mapping_stats(m).unstable_bytes, 4096);
+	assert_int_equal(folio_mapping_invalidate(m, 0, 0,
+						  FOLIO_INVALIDATE_DISCARD),
+			 0);
+	st = test_mapping_stats(m);
+	assert_int_equal(st.unstable_bytes, 0);
+	assert_int_equal(st.folios, 0);
+	assert_int_equal(folio_mapping_free(m), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
+/*
+ * A gated engine: writes complete inline into a buffer; flush() can be
+ * held until the test releases it, so writes can complete while a flush
+ * runs and several syncs can arrive during one.
+ */
+struct gated {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	unsigned char bytes[1u << 20];
+	uint64_t size;
+	bool hold;         /* flushes wait for release */
+	unsigned in_flush; /* flushes waiting now */
+	unsigned flushes;  /* flushes started */
+	unsigned release;  /* flushes allowed to finish */
+};
+
+static int gated_submit(void *ctx, struct folio_io *io)
+{
+	struct gated *g = ctx;
+	pthread_mutex_lock(&g->lock);
+	uint64_t at = io->dev_pos;
+	for (int i = 0; i < io->iovcnt; i++) {
+		if (io->op == FOLIO_IO_WRITE)
+			memcpy(g->bytes + at, io->iov[i].iov_base,
+			       io->iov[i].iov_len);
+		else
+			memcpy(io->iov[i].iov_base, g->bytes + at,
+			       io->iov[i].iov_len);
+		at += io->iov[i].iov_len;
+	}
+	if (io->op == FOLIO_IO_WRITE && at > g->size)
+		g->size = at;
+	pthread_mutex_unlock(&g->lock);
+	folio_io_complete(io, (ssize_t)io->len);
+	return 0;
+}
+
+static int gated_flush(void *ctx)
+{
+	struct gated *g = ctx;
+	pthread_mutex_lock(&g->lock);
+	unsigned me = ++g->flushes;
+	if (g->hold) {
+		g->in_flush++;
+		pthread_cond_broadcast(&g->cond);
+		while (g->release < me)
+			pthread_cond_wait(&g->cond, &g->lock);
+		g->in_flush--;
+	}
+	pthread_mutex_unlock(&g->lock);
+	return 0;
+}
+
+static int gated_truncate(void *ctx, uint64_t size)
+{
+	struct gated *g = ctx;
+	pthread_mutex_lock(&g->lock);
+	g->size = size;
+	pthread_mutex_unlock(&g->lock);
+	return 0;
+}
+
+static struct gated *gated_new(struct folio_engine **e)
+{
+	struct gated *g = calloc(1, sizeof(*g));
+	assert_non_null(g);
+	pthread_mutex_init(&g->lock, NULL);
+	pthread_cond_init(&g->cond, NULL);
+	static const struct folio_engine_ops ops = {
+		.sz = sizeof(ops),
+		.submit = gated_submit,
+		.flush = gated_flush,
+		.truncate = gated_truncate,
+	};
+	assert_int_equal(folio_engine_new(e, &ops, g), 0);
+	return g;
+}
+
+static void gated_free(struct gated *g)
+{
+	pthread_cond_destroy(&g->cond);
+	pthread_mutex_destroy(&g->lock);
+	free(g);
+}
+
+/* Wait until `n` flushes are being held. */
+static void gated_wait_held(struct gated *g, unsigned n)
+{
+	pthread_mutex_lock(&g->lock);
+	while (g->in_flush < n)
+		pthread_cond_wait(&g->cond, &g->lock);
+	pthread_mutex_unlock(&g->lock);
+}
+
+static void gated_release(struct gated *g, unsigned upto)
+{
+	pthread_mutex_lock(&g->lock);
+	g->release = upto;
+	pthread_cond_broadcast(&g->cond);
+	pthread_mutex_unlock(&g->lock);
+}
+
+static unsigned gated_flushes(struct gated *g)
+{
+	pthread_mutex_lock(&g->lock);
+	unsigned n = g->flushes;
+	pthread_mutex_unlock(&g->lock);
+	return n;
+}
+
+struct syncer {
+	pthread_t thread;
+	struct folio_mapping *m;
+	folio_errseq_t cursor;
+	int result;
+	atomic_bool done;
+};
+
+static void *syncer_main(void *arg)
+{
+	struct syncer *s = arg;
+	s->result = folio_mapping_sync(s->m, &s->cursor);
+	atomic_store(&s->done, true);
+	return NULL;
+}
+
+static void syncer_start(struct syncer *s, struct folio_mapping *m)
+{
+	s->m = m;
+	s->cursor = folio_mapping_err_cursor(m);
+	s->result = 1;
+	atomic_store(&s->done, false);
+	assert_int_equal(pthread_create(&s->thread, NULL, syncer_main, s), 0);
+}
+
+/*
+ * A write that completes while a flush runs may not be covered by it: it
+ * stays unstable after that flush succeeds, and the next flush releases
+ * it. One block per folio, so the two writes are apart.
+ */
+static void test_write_during_flush_stays_unstable(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	struct gated *g = gated_new(&e);
+	struct folio_mapping *m = new_mapping(e, 4096, 0);
+	unsigned char a[4096], b[4096];
+	pattern(a, sizeof(a), 3);
+	pattern(b, sizeof(b), 4);
+	assert_int_equal(folio_mapping_write(m, a, sizeof(a), 0), 4096);
+	g->hold = true;
+	struct syncer s;
+	syncer_start(&s, m);
+	gated_wait_held(g, 1);
+	/* The sync wrote block 0 and is inside its flush. */
+	assert_int_equal(folio_mapping_write(m, b, sizeof(b), 8192), 4096);
+	assert_int_equal(folio_mapping_writeback(m, NULL), 4096);
+	pthread_mutex_lock(&g->lock);
+	g->hold = false;
+	pthread_mutex_unlock(&g->lock);
+	gated_release(g, 1);
+	pthread_join(s.thread, NULL);
+	assert_int_equal(s.result, 0);
+	struct folio_mapping_stats st = test_mapping_stats(m);
+	assert_int_equal(st.unstable_bytes, 4096);
+	struct folio *f;
+	assert_int_equal(folio_mapping_lookup(m, 8192, &f), 0);
+	folio_put(f);
+	assert_int_equal(folio_mapping_invalidate(m, 8192, 4096, 0), -EBUSY);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(test_mapping_stats(m).unstable_bytes, 0);
+	assert_int_equal(folio_mapping_free(m), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	gated_free(g);
+}
+
+/*
+ * Group commit: syncs that arrive while a flush runs do not rely on it
+ * (it may have begun before their writes completed): they wait, and all
+ * of them share the one flush that starts next.
+ */
+static void test_group_commit(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	struct gated *g = gated_new(&e);
+	struct folio_mapping *m = new_mapping(e, 4096, 0);
+	unsigned char a[4096];
+	pattern(a, sizeof(a), 5);
+	g->hold = true;
+	struct syncer first, late[4];
+	syncer_start(&first, m);
+	gated_wait_held(g, 1);
+	for (unsigned i = 0; i < 4; i++) {
+		assert_int_equal(folio_mapping_write(m, a, sizeof(a),
+						     (uint64_t)i * 8192),
+				 4096);
+		syncer_start(&late[i], m);
+	}
+	/* The late syncs write their data and then wait: none of them may
+	 * finish on the first flush. */
+	for (int spin = 0; spin < 1000 &&
+			   test_mapping_stats(m).dirty_bytes; spin++)
+		sched_yield();
+	gated_release(g, 1);
+	pthread_join(first.thread, NULL);
+	assert_int_equal(first.result, 0);
+	gated_wait_held(g, 1); /* the second flush, started for them */
+	for (unsigned i = 0; i < 4; i++)
+		assert_false(atomic_load(&late[i].done));
+	/* A late sync whose pass ended after the second flush began needs
+	 * a third: let every later flush through. */
+	pthread_mutex_lock(&g->lock);
+	g->hold = false;
+	pthread_mutex_unlock(&g->lock);
+	gated_release(g, UINT32_MAX);
+	for (unsigned i = 0; i < 4; i++) {
+		pthread_join(late[i].thread, NULL);
+		assert_int_equal(late[i].result, 0);
+	}
+	assert_true(gated_flushes(g) >= 2);
+	assert_true(gated_flushes(g) <= 3);
+	assert_int_equal(test_mapping_stats(m).unstable_bytes, 0);
+	assert_int_equal(folio_mapping_free(m), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	gated_free(g);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_flush_failure_lose),
+		cmocka_unit_test(test_flush_failure_keep),
+		cmocka_unit_test(test_flush_failure_drop_policy),
+		cmocka_unit_test(test_unstable_kept),
+		cmocka_unit_test(test_write_during_flush_stays_unstable),
+		cmocka_unit_test(test_group_commit),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
