@@ -157,6 +157,94 @@ static void test_refused_requests(void **state)
 	assert_int_equal(f.destroyed, 1);
 }
 
+/* A newer caller's larger ops struct is taken when the part this library
+ * does not know is zero, refused with -E2BIG when it holds anything: an
+ * unknown callback must never be ignored silently. */
+static void test_larger_ops(void **state)
+{
+	(void)state;
+	struct fake f = {0};
+	struct {
+		struct folio_engine_ops ops;
+		void (*newer)(void *);
+	} big = {.ops = fake_ops};
+	big.ops.sz = sizeof(big);
+	big.newer = fake_destroy;
+	struct folio_engine *e = NULL;
+	assert_int_equal(folio_engine_new(&e, &big.ops, &f), -E2BIG);
+	assert_null(e);
+	big.newer = NULL;
+	assert_int_equal(folio_engine_new(&e, &big.ops, &f), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
+/* A polled engine whose wait() fails a few times before it completes
+ * what it holds: sync reports the error instead of claiming success,
+ * waits for its requests all the same (they point into folio memory)
+ * without spinning, and the next sync succeeds. */
+struct flaky {
+	struct fake base;
+	struct folio_io *held[16];
+	int nheld;
+	int wait_failures; /* wait() calls still to fail */
+	int waits;
+};
+
+static int flaky_submit(void *ctx, struct folio_io *io)
+{
+	struct flaky *k = ctx;
+	if (k->nheld == 16)
+		return -EAGAIN;
+	k->held[k->nheld++] = io;
+	return 0;
+}
+
+static int flaky_wait(void *ctx)
+{
+	struct flaky *k = ctx;
+	k->waits++;
+	if (k->wait_failures > 0) {
+		k->wait_failures--;
+		return -EIO;
+	}
+	while (k->nheld)
+		fake_submit(&k->base, k->held[--k->nheld]);
+	return 0;
+}
+
+static void test_wait_error(void **state)
+{
+	(void)state;
+	struct flaky k = {.wait_failures = 3};
+	struct folio_engine_ops ops = fake_ops;
+	ops.submit = flaky_submit;
+	ops.wait = flaky_wait;
+	ops.destroy = NULL;
+	struct folio_engine *e;
+	struct folio_mapping *m;
+	assert_int_equal(folio_engine_new(&e, &ops, &k), 0);
+	struct folio_mapping_opts o = {.sz = sizeof(o), .engine = e};
+	assert_int_equal(folio_mapping_new(&m, &o), 0);
+	unsigned char buf[5000], got[5000];
+	memset(buf, 0x42, sizeof(buf));
+	assert_int_equal(folio_mapping_write(m, buf, sizeof(buf), 0),
+			 sizeof(buf));
+	assert_int_equal(folio_mapping_sync(m, NULL), -EIO);
+	assert_int_equal(k.nheld, 0);
+	assert_int_equal(k.waits, 4);
+	assert_memory_equal(k.base.store, buf, sizeof(buf));
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	/* A read whose requests completed after wait() failed has its
+	 * bytes: they are what it returns. */
+	assert_int_equal(folio_mapping_invalidate(m, 0, 0, 0), 0);
+	k.wait_failures = 1;
+	assert_int_equal(folio_mapping_read(m, got, sizeof(got), 0),
+			 sizeof(got));
+	assert_int_equal(k.nheld, 0);
+	assert_memory_equal(got, buf, sizeof(got));
+	test_close(m, e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -164,6 +252,8 @@ int main(void)
 		cmocka_unit_test(test_lifecycle),
 		cmocka_unit_test(test_sized_ops),
 		cmocka_unit_test(test_refused_requests),
+		cmocka_unit_test(test_larger_ops),
+		cmocka_unit_test(test_wait_error),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

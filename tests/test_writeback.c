@@ -106,6 +106,19 @@ static void test_bad_input(void **state)
 	assert_int_equal(folio_mapping_writeback(fx->map, &o), -EINVAL);
 	o = (struct folio_writeback_opts){.sz = sizeof(o), .max_request = 100};
 	assert_int_equal(folio_mapping_writeback(fx->map, &o), -EINVAL);
+	/* A request smaller than a block (4096 here) cannot carry one. */
+	o = (struct folio_writeback_opts){.sz = sizeof(o), .max_request = 2048};
+	assert_int_equal(folio_mapping_writeback(fx->map, &o), -EINVAL);
+	o.max_request = 4096;
+	assert_int_equal(folio_mapping_writeback(fx->map, &o), 0);
+	/* A newer caller's larger struct: a non-zero unknown tail is -E2BIG. */
+	struct {
+		struct folio_writeback_opts o;
+		uint64_t newer;
+	} big = {.o = {.sz = sizeof(big)}, .newer = 1};
+	assert_int_equal(folio_mapping_writeback(fx->map, &big.o), -E2BIG);
+	big.newer = 0;
+	assert_int_equal(folio_mapping_writeback(fx->map, &big.o), 0);
 	assert_int_equal(folio_mapping_writeback(fx->map, NULL), 0);
 	assert_int_equal(folio_mapping_sync(NULL, NULL), -EINVAL);
 	assert_int_equal(folio_mapping_err_cursor(NULL), 0);
