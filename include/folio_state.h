@@ -10,14 +10,34 @@
  *    value that is not a power of two where one is required) returns -EINVAL
  *    or -ERANGE and changes nothing.
  *  - Constructors take an out-parameter that is written only on success.
- *  - Options structs start with `size_t sz`; set it to sizeof(the struct) so
- *    the library can grow the struct without breaking old callers. A NULL
- *    options pointer means "all defaults".
+ *  - Every options, ops and stats struct starts with `size_t sz`; set it to
+ *    sizeof(the struct). A caller built against an older, smaller struct
+ *    gets defaults for the fields it lacks; a caller built against a newer,
+ *    larger one is accepted when every byte past the struct this library
+ *    knows is zero, and refused with -E2BIG otherwise (a field or callback
+ *    the library does not know is never silently ignored). A sz below the
+ *    struct's required fields is -EINVAL. A NULL options pointer means
+ *    "all defaults".
  *  - A non-zero return from a user callback (folio_mapping_dirty_ranges)
  *    is passed back unchanged. Engine callbacks return 0 or a negative
  *    errno; a positive value from them is treated as -EIO.
  *
  * Layers, each using only the ones before it: folio -> engine -> mapping.
+ * The mem engine, for tests, has its own header: folio_state_mem.h.
+ *
+ * Durability contract (mappings): a write is in memory only (dirty) until
+ * writeback hands it to the engine; once the engine completed it, it is
+ * in the backing store but *unstable* (an engine or disk may still lose
+ * it) until a flush that began after that completion succeeds. The cache
+ * keeps unstable blocks (invalidate and free refuse to drop them) and,
+ * when a flush fails, makes every unstable block dirty again, so the next
+ * sync writes it again and flushes again. folio_mapping_sync() returning 0
+ * therefore means every byte written before the call is in the backing
+ * store and flushed; any write, flush or wait failure on the way makes it
+ * return the error instead (once per error cursor), and the data stays
+ * cached until a later sync succeeds. FOLIO_MAPPING_DROP_ON_ERROR trades
+ * this for Linux behaviour: failures are reported once and nothing is
+ * kept for them.
  */
 #ifndef FOLIO_STATE_H
 #define FOLIO_STATE_H
@@ -301,7 +321,10 @@ struct folio_engine_ops {
 	/* Start @io. Return 0 when accepted (complete() will be called
 	 * exactly once) or a negative errno when refused (it will not). */
 	int (*submit)(void *ctx, struct folio_io *io);
-	/* Durability barrier over every write completed before the call. */
+	/* Durability barrier over every write completed before the call.
+	 * On failure return -errno: the library then treats everything it
+	 * wrote since the last successful flush as possibly lost and writes
+	 * it again. Flushes of one mapping are never concurrent. */
 	int (*flush)(void *ctx);
 	/* Resize the backing object: bytes past @size are gone and a later
 	 * grow reads zeros there. */
@@ -313,7 +336,10 @@ struct folio_engine_ops {
 	 * blocking if needed; return 0 at once when nothing is in flight.
 	 * May be called from several threads at once. Without it the
 	 * library sleeps until the engine completes requests from its own
-	 * threads. */
+	 * threads. A negative return is reported by the operation that was
+	 * waiting (sync returns it); the library still waits for its
+	 * requests, calling wait() again after a growing pause (up to
+	 * 10 ms), since they point into its memory. */
 	int (*wait)(void *ctx);
 	/* Optional: called once by folio_engine_free(). */
 	void (*destroy)(void *ctx);
@@ -392,8 +418,11 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  * Thread rules: submit, flush and truncate may run in any number of
  * threads at once (positioned I/O shares no file offset).
  *
- * Return: 0; -EINVAL for NULL @out, a negative @fd or unknown flags;
- * -EBADF when @fd is not open; -ENOMEM.
+ * Return: 0; -EINVAL for NULL @out, a negative @fd, unknown flags, or an
+ * @fd that is not a regular file or block device (a pipe, socket or
+ * directory) or was opened with O_APPEND (pwrite() would append wherever
+ * the library asked to write); -EBADF when @fd is not open or is an O_PATH
+ * descriptor; -ENOMEM.
  */
 FOLIO_EXPORT int folio_engine_posix(struct folio_engine **out, int fd,
 				    unsigned flags);
@@ -445,7 +474,8 @@ FOLIO_EXPORT int folio_engine_posix(struct folio_engine **out, int fd,
  * including inside a completion. Do not free the engine from a completion.
  *
  * Return: 0; -EINVAL for NULL @out, a negative @fd, @depth outside
- * 1..4096 or unknown flags; -EBADF when @fd is not open; -ENOSYS when the
+ * 1..4096, unknown flags, or an @fd posix refuses (see there); -EBADF when
+ * @fd is not open or is an O_PATH descriptor; -ENOSYS when the
  * library was built without io_uring; the error of io_uring_queue_init()
  * (e.g. -ENOSYS or -EPERM where io_uring is disabled); -EAGAIN when the
  * completion thread cannot start; -ENOMEM.
@@ -500,9 +530,14 @@ struct folio_mapping_opts {
 
 /**
  * folio_mapping_new() - create an empty cache over @opts->engine.
- * Return: 0; -EINVAL for NULL, a bad geometry (sizes not powers of two,
- * block < 512 or > 64 KiB, min < block, max < min or > FOLIO_MAX_SIZE,
- * size > 2^62) or unknown flags; -ENOMEM.
+ * @out:  receives the mapping on success.
+ * @opts: required; @opts->engine is required and must outlive the mapping;
+ *        @opts->size is the backing object's current size (the mapping
+ *        never looks at the object itself).
+ * Return: 0; -EINVAL for NULL, @opts->sz too small to hold @engine, a bad
+ * geometry (sizes not powers of two, block < 512 or > 64 KiB, min <
+ * block, max < min or > FOLIO_MAX_SIZE, size > 2^62) or unknown flags;
+ * -E2BIG for a larger @opts with non-zero unknown bytes; -ENOMEM.
  */
 FOLIO_EXPORT int folio_mapping_new(struct folio_mapping **out,
 				   const struct folio_mapping_opts *opts);
@@ -510,8 +545,8 @@ FOLIO_EXPORT int folio_mapping_new(struct folio_mapping **out,
 /**
  * folio_mapping_free() - drop every clean folio and free the mapping.
  * Call it when no other thread uses the mapping.
- * Return: 0 (also for NULL); -EBUSY when any dirty data or I/O remains, or
- * a folio is locked (a write_begin() without its write_end()): then
+ * Return: 0 (also for NULL); -EBUSY when any dirty or unstable (written,
+ * not yet flushed) data or I/O remains, or a folio is locked (a write_begin() without its write_end()): then
  * nothing is freed (sync first, or invalidate with FOLIO_INVALIDATE_DISCARD).
  */
 FOLIO_EXPORT int folio_mapping_free(struct folio_mapping *m);
@@ -562,13 +597,20 @@ FOLIO_EXPORT ssize_t folio_mapping_write_begin(struct folio_mapping *m,
 /**
  * folio_mapping_write_end() - finish a write_begin(): mark @copied bytes at
  * @pos dirty and uptodate, grow EOF, unlock and drop the reference.
- * @copied may be less than write_begin's count (0: nothing changes).
+ * @m:      the mapping given to write_begin().
+ * @folio:  the folio write_begin() returned, still locked by it.
+ * @pos:    the position given to write_begin() (the range must start
+ *          there: bytes before it in the folio were not made valid).
+ * @copied: bytes copied from @pos, at most write_begin()'s return value
+ *          (0: nothing is marked, the folio is released).
  * Return: the bytes committed: @copied, or less when a short copy ends
  * inside a block that write_begin() did not make valid (the count then
  * stops at that block's start, which may be 0). -EINVAL when @m or @folio
- * is NULL, or @folio is not a locked folio of @m: nothing is released then.
- * -EINVAL when the range lies outside the folio: the folio is unlocked and
- * released all the same.
+ * is NULL, @folio is not locked by a write_begin() on @m (a lock taken
+ * with folio_lock() does not count), @pos differs from write_begin()'s or
+ * @copied exceeds its count: nothing changes then, and the folio stays
+ * locked and referenced until a valid write_end().
+ * Thread rules: any thread, once per write_begin().
  */
 FOLIO_EXPORT ssize_t folio_mapping_write_end(struct folio_mapping *m,
 					     struct folio *folio,
@@ -590,8 +632,10 @@ FOLIO_EXPORT int folio_mapping_lookup(struct folio_mapping *m, uint64_t pos,
  * wholly past it (after their in-flight I/O ends), zeroes the tail of the
  * folio it cuts and cleans the blocks wholly past it, then calls the
  * engine's truncate(). Growing makes the new space read as zeros.
- * Return: 0; -EINVAL; -EFBIG past 2^62; the engine's error (the cache is
- * already resized then).
+ * The engine is resized first (after writes in flight past the new size
+ * ended): when its truncate() fails, the error is returned and nothing
+ * changed, neither the size nor the cached bytes.
+ * Return: 0; -EINVAL for NULL @m; -EFBIG past 2^62; the engine's error.
  */
 FOLIO_EXPORT int folio_mapping_truncate(struct folio_mapping *m,
 					uint64_t size);
@@ -601,11 +645,17 @@ FOLIO_EXPORT int folio_mapping_truncate(struct folio_mapping *m,
 /**
  * folio_mapping_invalidate() - drop cached folios overlapping [pos, pos+len)
  * (len 0: to the end). Waits for their writeback. Without
- * FOLIO_INVALIDATE_DISCARD dirty folios are kept; with it, dirty blocks
- * wholly inside the range are thrown away (folios only partly inside keep
- * their other blocks).
- * Return: 0; -EBUSY when dirty folios were kept (the clean ones are still
- * dropped); -EINVAL.
+ * FOLIO_INVALIDATE_DISCARD folios holding dirty or unstable (written, not
+ * yet flushed) data are kept; with it, dirty and unstable blocks wholly
+ * inside the range are thrown away (folios only partly inside keep their
+ * other blocks). When discarded dirty data reached EOF, EOF moves back to
+ * what the backing store will hold once the rest is written back: the
+ * larger of the store's size as the mapping knows it (opened with, grown
+ * by completed writes, set by truncate) and the end of the last dirty
+ * block before @pos, at most @pos; bytes past the new EOF are zeroed.
+ * Return: 0; -EBUSY when folios were kept (the others are still dropped);
+ * -EINVAL for NULL @m or unknown @flags; -ERANGE when @pos is past 2^62 or
+ * @pos + @len overflows or passes 2^62 (nothing changed).
  */
 FOLIO_EXPORT int folio_mapping_invalidate(struct folio_mapping *m,
 					  uint64_t pos, uint64_t len,
@@ -643,7 +693,8 @@ struct folio_mapping_stats {
  * folio_mapping_stats() - fill @st with the counters and a walk of the
  * cache (cached/dirty bytes, folios by size), honouring @st->sz: fields
  * past it are not written.
- * Return: 0; -EINVAL for NULL arguments or @st->sz < sizeof(size_t).
+ * Return: 0; -EINVAL for NULL arguments or @st->sz < sizeof(size_t);
+ * -E2BIG for a larger struct whose unknown bytes are not zero.
  */
 FOLIO_EXPORT int folio_mapping_stats(struct folio_mapping *m,
 				     struct folio_mapping_stats *st);
@@ -686,10 +737,13 @@ struct folio_writeback_opts {
  * FOLIO_MAPPING_DROP_ON_ERROR) and records the error for sync().
  * @opts: NULL for defaults (everything, no waiting).
  *
+ * Completed writes leave their blocks unstable until a flush (see the
+ * durability contract at the top); only sync flushes.
  * Return: bytes submitted (>= 0); -EINVAL for NULL @m, a bad @opts->sz,
- * unknown flags, end < start, max_request below 512, or max_segments >
- * 1024. Write errors are not
- * returned here: they are reported by folio_mapping_sync().
+ * unknown flags, end < start, max_request below the mapping's block size,
+ * or max_segments > 1024; -E2BIG for a larger @opts with non-zero unknown
+ * bytes. Write errors are not returned here: they are reported by
+ * folio_mapping_sync().
  *
  * Thread rules: may run concurrently with reads, writes and other
  * writeback passes; a folio is never under two writes at once.
@@ -709,12 +763,17 @@ FOLIO_EXPORT folio_errseq_t folio_mapping_err_cursor(struct folio_mapping *m);
 /**
  * folio_mapping_sync() - make everything written before the call durable:
  * write back all dirty data (waiting for folios already under writeback),
- * wait for all in-flight writes, call the engine's flush(), and report
- * whether errors were recorded since @cursor last looked: if so, the most
- * recent one's errno is returned and @cursor moves past all of them (like
- * Linux's errseq: several errors between two syncs are reported once).
+ * wait for all in-flight writes, flush, and report whether errors were
+ * recorded since @cursor last looked: if so, the most recent one's errno
+ * is returned and @cursor moves past all of them (like Linux's errseq:
+ * several errors between two syncs are reported once).
  * Short writes are resubmitted within the call; data that still cannot be
  * written stays dirty (default policy) and is reported.
+ * Flushes of one mapping run one at a time: a sync that arrives while
+ * another thread's flush runs waits for it and then shares the next
+ * flush, which began after its writes completed. A failed flush makes
+ * every unstable block dirty again before its error is recorded, so no
+ * later sync returns 0 until that data was written and flushed again.
  * @cursor: from folio_mapping_err_cursor(); NULL uses the mapping's own
  *          cursor, created with the mapping.
  *
