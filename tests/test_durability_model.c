@@ -870,6 +870,90 @@ static void test_power_cut_model(void **state)
 	}
 }
 
+static void fill(unsigned char *p, size_t n, unsigned char v)
+{
+	memset(p, v, n);
+}
+
+static void assert_durable(struct folio_engine *e, uint64_t pos, size_t n,
+			   unsigned char v)
+{
+	unsigned char *got = malloc(n);
+	assert_non_null(got);
+	assert_int_equal(folio_engine_mem_peek_durable(e, got, n, pos), 0);
+	for (size_t i = 0; i < n; i++)
+		if (got[i] != v)
+			fail_msg("durable byte %llu is %#x, want %#x",
+				 (unsigned long long)(pos + i), got[i], v);
+	free(got);
+}
+
+/*
+ * FOLIO_MAPPING_DROP_ON_ERROR has Linux's weaker contract: a failed write
+ * or flush is reported once to each cursor and the data it concerned is
+ * not written again, so a later sync returns 0 without it; what was
+ * written without an error since is durable when sync returns 0.
+ */
+static void test_drop_on_error_contract(void **state)
+{
+	(void)state;
+	static unsigned char buf[65536];
+	struct folio_engine *e;
+	struct folio_mapping *m;
+	assert_int_equal(folio_engine_mem(&e, 1 << 20), 0);
+	assert_int_equal(folio_engine_mem_set_volatile(e, true), 0);
+	struct folio_mapping_opts o = {.sz = sizeof(o), .block_size = 4096,
+				       .flags = FOLIO_MAPPING_DROP_ON_ERROR,
+				       .engine = e};
+	assert_int_equal(folio_mapping_new(&m, &o), 0);
+	folio_errseq_t other = folio_mapping_err_cursor(m);
+
+	fill(buf, sizeof(buf), 0xa1);
+	assert_int_equal(folio_mapping_write(m, buf, sizeof(buf), 0),
+			 (ssize_t)sizeof(buf));
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_durable(e, 0, sizeof(buf), 0xa1);
+
+	/* A failed write: reported once per cursor, then dropped. */
+	struct folio_mem_fault f = {.sz = sizeof(f), .ops = FOLIO_MEM_OP_WRITE,
+				    .count = 1, .error = -EIO};
+	assert_int_equal(folio_engine_mem_inject(e, &f), 0);
+	fill(buf, 8192, 0xb2);
+	assert_int_equal(folio_mapping_write(m, buf, 8192, 0), 8192);
+	assert_int_equal(folio_mapping_sync(m, NULL), -EIO);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(folio_mapping_sync(m, &other), -EIO);
+	assert_int_equal(folio_mapping_sync(m, &other), 0);
+	assert_durable(e, 0, 8192, 0xa1);
+	/* The cache keeps the bytes (clean): reads see them. */
+	assert_int_equal(folio_mapping_read(m, buf, 8192, 0), 8192);
+	assert_int_equal(buf[0], 0xb2);
+
+	/* A flush that fails and loses the cache: reported once, lost. */
+	f = (struct folio_mem_fault){.sz = sizeof(f), .ops = FOLIO_MEM_OP_FLUSH,
+				     .count = 1, .error = -EIO,
+				     .flags = FOLIO_MEM_FAULT_LOSE};
+	assert_int_equal(folio_engine_mem_inject(e, &f), 0);
+	fill(buf, 4096, 0xc3);
+	assert_int_equal(folio_mapping_write(m, buf, 4096, 16384), 4096);
+	assert_int_equal(folio_mapping_sync(m, NULL), -EIO);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(folio_mapping_sync(m, &other), -EIO);
+	assert_int_equal(folio_mapping_sync(m, &other), 0);
+	assert_durable(e, 16384, 4096, 0xa1);
+
+	/* Without faults, sync 0 means durable, as with the default. */
+	fill(buf, 5000, 0xd4);
+	assert_int_equal(folio_mapping_write(m, buf, 5000, 30000), 5000);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_durable(e, 30000, 5000, 0xd4);
+	assert_durable(e, 35000, sizeof(buf) - 35000, 0xa1);
+	/* And a cut keeps it. */
+	assert_int_equal(folio_engine_mem_power_cut(e, 0, 0), 0);
+	assert_durable(e, 30000, 5000, 0xd4);
+	test_close(m, e);
+}
+
 /*
  * KNOWN LIBRARY BUG (found by the model above, e.g. seed
  * 1796115765227126082 with FOLIO_TEST_KNOWN_BUGS=1): a truncate is not
@@ -952,6 +1036,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_power_cut_model),
+		cmocka_unit_test(test_drop_on_error_contract),
 		cmocka_unit_test(test_truncate_lost_by_failed_flush),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
