@@ -717,7 +717,8 @@ struct folio_writeback_opts {
 	unsigned flags;        /* FOLIO_WB_* */
 	uint64_t budget;       /* stop after submitting this many bytes
 				* (0: no limit); whole folios are taken */
-	size_t max_request;    /* bytes per request (>= 512); default 1 MiB */
+	size_t max_request;    /* bytes per request (>= the block size);
+				* default 1 MiB */
 	unsigned max_segments; /* iovecs per request; default 256, max 1024 */
 	size_t merge_gap;      /* let up to this many bytes of clean,
 				* uptodate blocks between two dirty runs of

@@ -33,6 +33,8 @@ int mapping_commit_init(struct folio_mapping *m)
 	}
 	m->commit.running = false;
 	m->commit.started = m->commit.finished = 0;
+	m->commit.resize_pending = false;
+	m->commit.resize_low = m->commit.resize_epoch = 0;
 	return 0;
 }
 
@@ -81,6 +83,68 @@ static void settle_unstable(struct folio_mapping *m, uint64_t epoch,
 	}
 }
 
+void mapping_resize_unstable(struct folio_mapping *m, uint64_t size)
+{
+	pthread_mutex_lock(&m->commit.lock);
+	if (!m->commit.resize_pending || size < m->commit.resize_low)
+		m->commit.resize_low = size;
+	m->commit.resize_pending = true;
+	m->commit.resize_epoch = atomic_load(&m->flush_epoch);
+	pthread_mutex_unlock(&m->commit.lock);
+}
+
+/* Whether a resize no successful flush has covered is pending, and the
+ * smallest size it cut to. */
+static bool resize_pending(struct folio_mapping *m, uint64_t *low)
+{
+	pthread_mutex_lock(&m->commit.lock);
+	bool pending = m->commit.resize_pending;
+	*low = m->commit.resize_low;
+	pthread_mutex_unlock(&m->commit.lock);
+	return pending;
+}
+
+static void resize_settled(struct folio_mapping *m, uint64_t epoch)
+{
+	pthread_mutex_lock(&m->commit.lock);
+	if (m->commit.resize_pending && m->commit.resize_epoch <= epoch)
+		m->commit.resize_pending = false;
+	pthread_mutex_unlock(&m->commit.lock);
+}
+
+/*
+ * A failed flush may have lost truncates as well as writes. Redo them
+ * before anything is re-dirtied: cut the object to the smallest size it
+ * was truncated to, then set it to EOF. Every byte above that low mark was
+ * written after the cut, so it is unstable or dirty and the re-dirtying
+ * that follows writes it again; the zeros in between come back from the
+ * cut. No writeback may run meanwhile (it would land before the cut and
+ * be lost with it): io_lock is taken exclusively and writes in flight
+ * drain first. The resize stays pending until a flush covers it.
+ */
+static int redo_resize(struct folio_mapping *m)
+{
+	uint64_t low;
+	if (!resize_pending(m, &low))
+		return 0;
+	brlock_write_lock(&m->io_lock);
+	resize_pending(m, &low); /* a truncate may have run meanwhile */
+	uint64_t key = 0;
+	struct folio *f;
+	while ((f = mapping_next_folio(m, &key, UINT64_MAX,
+				       (int)INDEX_TAG_WRITEBACK))) {
+		mapping_wait_writeback(m, f);
+		folio_put(f);
+	}
+	struct folio_engine *e = m->engine;
+	uint64_t eof = mapping_eof(m);
+	int r = e->ops.truncate(e->ctx, MIN(low, eof));
+	if (!r && low < eof)
+		r = e->ops.truncate(e->ctx, eof);
+	brlock_write_unlock(&m->io_lock);
+	return r > 0 ? -EIO : r;
+}
+
 static int run_flush(struct folio_mapping *m)
 {
 	uint64_t epoch = atomic_fetch_add_explicit(&m->flush_epoch, 1,
@@ -90,9 +154,21 @@ static int run_flush(struct folio_mapping *m)
 	stat_add(&m->stats.flushes, 1);
 	if (r > 0)
 		r = -EIO;
-	settle_unstable(m, epoch, r != 0);
-	if (r)
-		errseq_record(m, r);
+	if (!r) {
+		resize_settled(m, epoch);
+		settle_unstable(m, epoch, false);
+		return 0;
+	}
+	if (!(m->flags & FOLIO_MAPPING_DROP_ON_ERROR)) {
+		/* When the redo fails the store is in doubt: that error is
+		 * recorded too, and the resize stays pending, so the next
+		 * failing or succeeding flush tries again. */
+		int rr = redo_resize(m);
+		if (rr)
+			errseq_record(m, rr);
+	}
+	settle_unstable(m, epoch, true);
+	errseq_record(m, r);
 	return r;
 }
 

@@ -11,11 +11,11 @@
  *            truncate and invalidate, which change which folios exist
  *            beyond what a reader or writer could observe mid-call)
  *   folio LOCKED bits, in ascending position order
- *   commit.lock (only around the bookkeeping of who flushes; never held
- *               across a flush or a folio lock)
  *   index_lock (rwlock around the radix tree; tags are set under the
  *               shared side with atomics, cleared under the exclusive side)
  *   folio state spinlock
+ * commit.lock guards only the bookkeeping of flushes and pending resizes;
+ * nothing else is taken while it is held.
  * Completions of engine requests take only index_lock and state locks, so
  * waiting for I/O while holding a folio lock or io_lock cannot deadlock.
  */
@@ -67,6 +67,12 @@ struct folio_mapping {
 		pthread_cond_t done_cond;
 		bool running;
 		uint64_t started, finished; /* flush generations */
+		/* Engine truncates no flush has covered yet: a flush that
+		 * fails may have lost them too (a volatile disk cache), so
+		 * they are redone. `low` is the smallest size cut to since
+		 * the last covering flush, `epoch` the newest truncate's. */
+		bool resize_pending;
+		uint64_t resize_low, resize_epoch;
 	} commit;
 
 	/* Write requests in flight: free refuses while there are any. */
@@ -154,6 +160,10 @@ void mapping_tag_clear_unless(struct folio_mapping *m, struct folio *f,
 
 int mapping_commit_init(struct folio_mapping *m);
 void mapping_commit_destroy(struct folio_mapping *m);
+
+/* The engine's truncate() to `size` succeeded: unstable like a write until
+ * a flush covers it. Caller holds io_lock exclusively. */
+void mapping_resize_unstable(struct folio_mapping *m, uint64_t size);
 
 /* A write of [off, off+len) of f completed: the bytes are unstable. */
 void mapping_mark_unstable(struct folio_mapping *m, struct folio *f,

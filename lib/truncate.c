@@ -83,8 +83,10 @@ int folio_mapping_truncate(struct folio_mapping *m, uint64_t size)
 		 * reads zero-fill there, shrinking zeroes), so growing needs
 		 * no memory work: the new space already reads as zeros. */
 		atomic_store(&m->size, size);
-		if (size != old)
+		if (size != old) {
 			atomic_store(&m->backing_size, size);
+			mapping_resize_unstable(m, size);
+		}
 	}
 	brlock_write_unlock(&m->io_lock);
 	return r;

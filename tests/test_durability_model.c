@@ -79,11 +79,9 @@
  * values than that accepts anything (rare: random data is mostly written
  * once or twice between syncs).
  *
- * Known library bug, kept out of the model by default: a flush that fails
- * and loses the cache also loses an engine truncate, which nothing redoes
- * (see test_truncate_lost_by_failed_flush). Unless FOLIO_TEST_KNOWN_BUGS
- * is set, no truncate runs while a losing flush rule exists and no such
- * rule is added while a truncate is not yet known to be flushed.
+ * Truncates run while flush faults that lose the cache may fire: the
+ * model found that such a flush used to lose the truncate too (see
+ * test_truncate_lost_by_failed_flush).
  *
  * Replay: every seed is printed; FOLIO_TEST_SEED=<seed> runs that one
  * seed. Runs in SYNC mode without the background and cutter threads
@@ -159,10 +157,6 @@ struct world {
 	unsigned free_retries;
 };
 
-/* FOLIO_TEST_KNOWN_BUGS=1: also run what a known library bug breaks (see
- * test_truncate_lost_by_failed_flush): truncates while a losing flush
- * fault may fire. Off by default so the model stays useful for the rest. */
-static bool known_bugs;
 
 /* FOLIO_TEST_TRACE=1 logs every operation (for replaying a seed). */
 static bool trace_on;
@@ -497,12 +491,6 @@ static void do_write(struct world *w);
 
 static void do_truncate(struct world *w)
 {
-	/* Known bug: a flush that fails and loses the cache loses the
-	 * engine truncate with it, and no later sync redoes it. */
-	if (w->lose_rules && !known_bugs) {
-		do_write(w);
-		return;
-	}
 	uint64_t size;
 	switch (test_rand_below(&w->rng, 3)) {
 	case 0: /* shrink a little */
@@ -597,8 +585,6 @@ static void do_fault(struct world *w)
 		f.count = 1 + test_rand_below(&w->rng, 2);
 		f.flags = test_rand_below(&w->rng, 2) ? FOLIO_MEM_FAULT_LOSE
 						      : 0;
-		if (w->trunc_unflushed && !known_bugs)
-			f.flags = 0; /* the known bug, see do_truncate() */
 		w->flush_faults++;
 		break;
 	}
@@ -854,7 +840,6 @@ static void test_power_cut_model(void **state)
 	(void)state;
 	const char *env = getenv("FOLIO_TEST_SEED");
 	trace_on = getenv("FOLIO_TEST_TRACE") != NULL;
-	known_bugs = getenv("FOLIO_TEST_KNOWN_BUGS") != NULL;
 	bool replay = env && *env;
 	/* Seeds base, base + 1, ...: the line test_seed() prints replays
 	 * the first one. */
@@ -955,9 +940,8 @@ static void test_drop_on_error_contract(void **state)
 }
 
 /*
- * KNOWN LIBRARY BUG (found by the model above, e.g. seed
- * 1796115765227126082 with FOLIO_TEST_KNOWN_BUGS=1): a truncate is not
- * kept until flushed. folio_mapping_truncate() calls the engine's
+ * Regression test of a bug the model above found (seed
+ * 1796115765227126082): a truncate was not kept until flushed. folio_mapping_truncate() calls the engine's
  * truncate(), which a volatile cache only logs; when the next flush fails
  * and the engine drops its cache (FOLIO_MEM_FAULT_LOSE, as fdatasync()
  * may), the truncate is gone with it, but unlike unstable blocks nothing
@@ -967,11 +951,9 @@ static void test_drop_on_error_contract(void **state)
  * grown back to 64 KiB: reads return zeros past 4 KiB and sync returns 0,
  * but the durable store still holds the old 0xaa bytes there (and with
  * no grow, its size stays 64 KiB). After a crash the old tail is back
- * where the application saw zeros.
- *
- * Strict expected failure: by default the test passes while the bug
- * reproduces and fails once it no longer does (then drop the XFAIL);
- * FOLIO_TEST_KNOWN_BUGS=1 makes it fail on the bug.
+ * where the application saw zeros. Now an engine truncate stays pending
+ * until a flush covers it, and a failed flush redoes it (cut to the
+ * smallest size, then set to EOF) before the re-dirtied data goes out.
  */
 static void test_truncate_lost_by_failed_flush(void **state)
 {
@@ -1014,22 +996,11 @@ static void test_truncate_lost_by_failed_flush(void **state)
 	size_t stale = 0;
 	for (size_t i = 4096; i < sizeof(buf); i++)
 		stale += buf[i] != 0;
+	assert_int_equal(test_mem_stats(e).durable_size, sizeof(buf));
 	test_close(m, e);
-
-	bool strict = getenv("FOLIO_TEST_KNOWN_BUGS") != NULL;
-	if (stale) {
-		printf("# XFAIL known library bug: sync returned 0 but %zu "
-		       "durable bytes past a truncate are stale\n",
-		       stale);
-		if (strict)
-			fail_msg("%zu stale durable bytes after sync returned "
-				 "0 (truncate lost by a failed flush)",
-				 stale);
-	} else if (!strict) {
-		fail_msg("the known bug (truncate lost by a failed flush) no "
-			 "longer reproduces: remove the XFAIL and let the "
-			 "model run truncates with losing flush faults");
-	}
+	if (stale)
+		fail_msg("%zu stale durable bytes after sync returned 0 "
+			 "(truncate lost by a failed flush)", stale);
 }
 
 int main(void)
