@@ -69,14 +69,12 @@
 
 /* Per-byte knowledge. */
 enum { ST_KNOWN = 0, ST_EITHER = 1, ST_ANY = 2 };
-/* Per-byte modification bits. */
-#define MOD_FLUSH 1u /* written since the last good flush */
-#define MOD_SYNC 2u  /* written since the last fault-free good sync */
 
 static unsigned char model[SPACE]; /* the object; zero past the size */
 static unsigned char alt[SPACE];   /* the other value of an EITHER byte */
 static unsigned char state[SPACE];
-static unsigned char mod[SPACE];
+static unsigned char mod_flush[SPACE]; /* written since the last good flush */
+static unsigned char mod_sync[SPACE];  /* ... since the last fault-free sync */
 static unsigned char buf[SPACE];
 static unsigned char store[SPACE];
 static uint64_t hwm; /* model arrays are pristine from here on */
@@ -367,7 +365,8 @@ static void model_write(struct world *w, uint64_t pos, const void *src,
 		return;
 	memcpy(model + pos, src, n);
 	memset(state + pos, ST_KNOWN, n);
-	memset(mod + pos, MOD_FLUSH | MOD_SYNC, n);
+	memset(mod_flush + pos, 1, n);
+	memset(mod_sync + pos, 1, n);
 	if (pos + n > w->size)
 		w->size = pos + n;
 	touch(pos + n);
@@ -380,10 +379,30 @@ static void model_cut(struct world *w, uint64_t size)
 		size_t n = (size_t)(w->size - size);
 		memset(model + size, 0, n);
 		memset(state + size, ST_KNOWN, n);
-		memset(mod + size, 0, n);
+		memset(mod_flush + size, 0, n);
+		memset(mod_sync + size, 0, n);
 	}
 	w->size = size;
 	touch(size);
+}
+
+#define CHUNK 256
+
+/* Are all of [pos, pos+n) in ST_KNOWN? */
+static bool all_known(uint64_t pos, size_t n)
+{
+	const unsigned char *p = state + pos;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		uint64_t v;
+		memcpy(&v, p + i, 8);
+		if (v)
+			return false;
+	}
+	for (; i < n; i++)
+		if (p[i])
+			return false;
+	return true;
 }
 
 /*
@@ -406,6 +425,11 @@ static void check_bytes(struct world *w, uint64_t pos, const unsigned char *got,
 	size_t nbad = 0;
 	for (size_t i = 0; i < n; i++) {
 		uint64_t b = pos + i;
+		if (!(i % CHUNK) && n - i >= CHUNK &&
+		    all_known(b, CHUNK) && !memcmp(got + i, model + b, CHUNK)) {
+			i += CHUNK - 1;
+			continue;
+		}
 		switch (state[b]) {
 		case ST_KNOWN:
 			if (got[i] != model[b]) {
@@ -494,12 +518,12 @@ static void lose_unflushed(struct world *w)
 	uint64_t i = 0;
 	unsigned runs = 0;
 	while (i < end) {
-		if (!(mod[i] & MOD_FLUSH) || state[i] != ST_KNOWN) {
+		if (!mod_flush[i] || state[i] != ST_KNOWN) {
 			i++;
 			continue;
 		}
 		uint64_t j = i;
-		while (j < end && (mod[j] & MOD_FLUSH) && state[j] == ST_KNOWN) {
+		while (j < end && mod_flush[j] && state[j] == ST_KNOWN) {
 			buf[j - i] = (unsigned char)~model[j];
 			j++;
 		}
@@ -522,7 +546,7 @@ static void drop_bookkeeping(struct world *w)
 		return;
 	w->faults_seen = f;
 	for (uint64_t i = 0; i < w->size; i++)
-		if ((mod[i] & MOD_SYNC) && state[i] != ST_ANY) {
+		if (mod_sync[i] && state[i] != ST_ANY) {
 			state[i] = ST_ANY;
 			unknown++;
 		}
@@ -548,13 +572,11 @@ static int do_sync(struct world *w, unsigned c)
 	bool ffail = flush_faulted(w, a.flushes, b.flushes);
 	CHECK(w, !(r == 0 && ffail), "sync returned 0 but its flush failed");
 	if (!ffail && b.flushes > a.flushes)
-		for (uint64_t i = 0; i < hwm; i++)
-			mod[i] &= (unsigned char)~MOD_FLUSH;
+		memset(mod_flush, 0, (size_t)hwm);
 	if (r == 0) {
 		verify_store(w, "store after sync");
 		if (b.faults == a.faults && a.inflight == 0)
-			for (uint64_t i = 0; i < hwm; i++)
-				mod[i] &= (unsigned char)~MOD_SYNC;
+			memset(mod_sync, 0, (size_t)hwm);
 	} else if (ffail && !(w->mflags & FOLIO_MAPPING_DROP_ON_ERROR) &&
 		   !KNOWN_BUG('f')) {
 		lose_unflushed(w);
@@ -641,7 +663,8 @@ static void reset_model(void)
 	memset(model, 0, (size_t)hwm);
 	memset(alt, 0, (size_t)hwm);
 	memset(state, 0, (size_t)hwm);
-	memset(mod, 0, (size_t)hwm);
+	memset(mod_flush, 0, (size_t)hwm);
+	memset(mod_sync, 0, (size_t)hwm);
 	hwm = 0;
 	unknown = 0;
 }
@@ -874,7 +897,8 @@ static void op_invalidate(struct world *w, struct input *in)
 		CHECK(w, pr == 0, "peek: %d", pr);
 		for (size_t i = 0; i < n; i++) {
 			uint64_t b = pos + i;
-			mod[b] = 0;
+			mod_flush[b] = 0;
+			mod_sync[b] = 0;
 			if (state[b] == ST_KNOWN && store[i] != model[b]) {
 				state[b] = ST_EITHER;
 				alt[b] = store[i];
@@ -956,6 +980,11 @@ static void check_dirty_ranges(struct world *w, uint64_t start, uint64_t end,
 	unsigned ri = 0;
 	for (size_t i = 0; i < n; i++) {
 		uint64_t b = start + i;
+		if (!(i % CHUNK) && n - i >= CHUNK &&
+		    !memcmp(store + i, model + b, CHUNK)) {
+			i += CHUNK - 1;
+			continue;
+		}
 		if (state[b] != ST_KNOWN || store[i] == model[b])
 			continue;
 		while (ri < w->nranges &&
@@ -1107,6 +1136,10 @@ static void op_lookup(struct world *w, struct input *in)
 				continue;
 			/* An uptodate block holds the object's bytes, and
 			 * zeros past EOF. */
+			uint64_t b0 = fp + off;
+			if (b0 + w->bs <= SPACE && all_known(b0, w->bs) &&
+			    !memcmp(d + off, model + b0, w->bs))
+				continue;
 			for (size_t i = 0; i < w->bs; i++) {
 				uint64_t b = fp + off + i;
 				unsigned char want =
