@@ -1192,7 +1192,15 @@ static void op_reopen(struct world *w, struct input *in)
 	TRACE("  free mapping = %d\n", r);
 	CHECK(w, r == 0, "folio_mapping_free after a good sync: %d", r);
 	w->m = NULL;
-	/* Whatever the cache held, the store is the object now. */
+	/* Whatever the cache held, the store is the object now (its size
+	 * too: with DROP_ON_ERROR, or known bug (e), it may be smaller). */
+	uint64_t ssize = mstats(w).size;
+	if (ssize < w->size) {
+		for (uint64_t i = ssize; i < w->size; i++)
+			CHECK(w, state[i] != ST_KNOWN || !model[i],
+			      "byte %llu lost in the store", (unsigned long long)i);
+		model_cut(w, ssize);
+	}
 	if (unknown) {
 		r = folio_engine_mem_peek(w->e, store, (size_t)w->size, 0);
 		CHECK(w, r == 0, "peek: %d", r);
