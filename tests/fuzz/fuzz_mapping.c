@@ -897,8 +897,10 @@ static void op_invalidate(struct world *w, struct input *in)
 		CHECK(w, pr == 0, "peek: %d", pr);
 		for (size_t i = 0; i < n; i++) {
 			uint64_t b = pos + i;
+			/* Not poked after a failed flush (the store may be
+			 * the truth now); mod_sync stays: a kept dirty block
+			 * may still be dropped (DROP_ON_ERROR). */
 			mod_flush[b] = 0;
-			mod_sync[b] = 0;
 			if (state[b] == ST_KNOWN && store[i] != model[b]) {
 				state[b] = ST_EITHER;
 				alt[b] = store[i];
