@@ -167,15 +167,13 @@ int folio_mapping_invalidate(struct folio_mapping *m, uint64_t pos,
 	if (discarded && end >= eof && pos < eof) {
 		uint64_t new_eof = eof_after_discard(m, pos);
 		if (new_eof < eof) {
-			/* The folio holding the new EOF keeps zeros past it,
-			 * like any folio at EOF. */
-			struct folio *g = mapping_lookup(m, new_eof);
-			if (g && g->pos < new_eof) {
-				folio_lock(g);
-				cut_folio_tail(g, new_eof);
-				folio_unlock(g);
-			}
-			folio_put(g);
+			/* Nothing past the new EOF is worth keeping: dirty
+			 * bytes there were discarded (a block only partly
+			 * inside the range among them, which would otherwise
+			 * stay dirty past EOF for good), the rest are zeros
+			 * beyond the store's end. Cut the cache as a shrink
+			 * would; the store needs no change. */
+			shrink_cache(m, new_eof);
 			atomic_store(&m->size, new_eof);
 		}
 	}
