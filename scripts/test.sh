@@ -4,7 +4,8 @@
 #   2. the same build under valgrind   (meson test --setup valgrind)
 #   3. gcc, ASan + UBSan               (meson test)
 #   4. clang, TSan                     (meson test --suite threads)
-#   5. clang, libFuzzer + ASan + UBSan  (scripts/fuzz.sh 60, then the
+#   5. clang, libFuzzer + ASan + UBSan  (scripts/fuzz.sh, 2500 runs from
+#      seed 1 so that CI is reproducible, then the
 #      seed corpus as regression inputs: meson test --suite fuzz)
 # Each build compiles with -Werror. FOLIO_TEST_SEED=N replays a randomized
 # test's seed (every randomized test prints the one it used).
@@ -41,7 +42,7 @@ TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 # Known library bugs stay masked in the harness while their fixes land:
 # fuzz_known_bugs in tests/fuzz/meson.build (FUZZ_SKIP_KNOWN overrides it).
 step "libFuzzer: 60 s of fuzzing + corpus regression (clang, ASan + UBSan)"
-bash scripts/fuzz.sh 60
+bash scripts/fuzz.sh 60 -seed=1 -runs=2500
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	meson test -C build/fuzz --suite fuzz --print-errorlogs
 
