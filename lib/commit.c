@@ -129,13 +129,7 @@ static int redo_resize(struct folio_mapping *m)
 		return 0;
 	brlock_write_lock(&m->io_lock);
 	resize_pending(m, &low); /* a truncate may have run meanwhile */
-	uint64_t key = 0;
-	struct folio *f;
-	while ((f = mapping_next_folio(m, &key, UINT64_MAX,
-				       (int)INDEX_TAG_WRITEBACK))) {
-		mapping_wait_writeback(m, f);
-		folio_put(f);
-	}
+	mapping_wait_range_writeback(m, 0, FOLIO_MAX_POS);
 	struct folio_engine *e = m->engine;
 	uint64_t eof = mapping_eof(m);
 	int r = e->ops.truncate(e->ctx, MIN(low, eof));

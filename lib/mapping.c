@@ -343,6 +343,24 @@ int mapping_wait_writeback(struct folio_mapping *m, struct folio *f)
 				 f);
 }
 
+int mapping_wait_range_writeback(struct folio_mapping *m, uint64_t start,
+				 uint64_t end)
+{
+	if (start >= end)
+		return 0;
+	uint64_t key = mapping_key(m, start);
+	uint64_t last = mapping_key(m, end - 1);
+	struct folio *f;
+	int err = 0;
+	while ((f = mapping_next_folio(m, &key, last, INDEX_TAG_WRITEBACK))) {
+		int r = mapping_wait_writeback(m, f);
+		if (!err)
+			err = r;
+		folio_put(f);
+	}
+	return err;
+}
+
 void mapping_zero_past_eof(struct folio_mapping *m, struct folio *f,
 			   size_t off, size_t len, uint64_t eof)
 {

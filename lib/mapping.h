@@ -195,6 +195,12 @@ void mapping_remove_folio(struct folio_mapping *m, struct folio *f);
  * Returns 0 or the error the engine's wait() returned meanwhile. */
 int mapping_wait_writeback(struct folio_mapping *m, struct folio *f);
 
+/* Sleep until every folio in [start, end) that is under writeback now has
+ * finished it (folios that start writeback later are not waited for).
+ * Returns 0 or the first error of the engine's wait(). */
+int mapping_wait_range_writeback(struct folio_mapping *m, uint64_t start,
+				 uint64_t end);
+
 /* Zero the bytes of [off, off+len) of f that lie at or past EOF. */
 void mapping_zero_past_eof(struct folio_mapping *m, struct folio *f,
 			   size_t off, size_t len, uint64_t eof);

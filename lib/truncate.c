@@ -8,22 +8,6 @@
 
 #include "mapping.h"
 
-/* Wait until no folio from the one holding `from` on is under writeback:
- * a write still in flight there could land after the store was cut. */
-static void wait_writeback_from(struct folio_mapping *m, uint64_t from,
-				uint64_t to)
-{
-	if (from >= to)
-		return;
-	uint64_t key = mapping_key(m, from);
-	uint64_t last = mapping_key(m, to - 1);
-	struct folio *f;
-	while ((f = mapping_next_folio(m, &key, last, INDEX_TAG_WRITEBACK))) {
-		mapping_wait_writeback(m, f);
-		folio_put(f);
-	}
-}
-
 /* Zero the bytes of f from `size` on and forget the state of the blocks
  * wholly past it: they no longer belong to the object. */
 static void cut_folio_tail(struct folio *f, uint64_t size)
@@ -70,7 +54,7 @@ int folio_mapping_truncate(struct folio_mapping *m, uint64_t size)
 		 * they were (no old bytes where zeros are due, no lost tail).
 		 * Writes in flight past the new size end before the cut. */
 		if (size < old)
-			wait_writeback_from(m, size, UINT64_MAX);
+			mapping_wait_range_writeback(m, size, FOLIO_MAX_POS);
 		struct folio_engine *e = m->engine;
 		r = e->ops.truncate(e->ctx, size);
 		if (r > 0)
@@ -102,7 +86,7 @@ int folio_mapping_truncate(struct folio_mapping *m, uint64_t size)
 static uint64_t eof_after_discard(struct folio_mapping *m, uint64_t pos)
 {
 	/* A write in flight below pos still moves the store's size. */
-	wait_writeback_from(m, 0, pos);
+	mapping_wait_range_writeback(m, 0, pos);
 	uint64_t backing = atomic_load(&m->backing_size);
 	uint64_t data_end = 0;
 	if (backing < pos) {

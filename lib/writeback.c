@@ -221,33 +221,6 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
 	return queued;
 }
 
-/*
- * Sleep until every folio in [start, end) that is under writeback now has
- * finished it. Data-integrity passes use this for the writes other threads
- * started before them (a folio whose runs another pass took is no longer
- * dirty, so the pass itself never visits it), without waiting for writes
- * started later, as waiting for all of the mapping's I/O would under a
- * stream of syncs from other threads. Returns 0 or the first error of the
- * engine's wait().
- */
-static int wait_range_writeback(struct folio_mapping *m, uint64_t start,
-				uint64_t end)
-{
-	if (start >= end)
-		return 0;
-	uint64_t key = mapping_key(m, start);
-	uint64_t last = mapping_key(m, end - 1);
-	struct folio *f;
-	int err = 0;
-	while ((f = mapping_next_folio(m, &key, last, INDEX_TAG_WRITEBACK))) {
-		int r = mapping_wait_writeback(m, f);
-		if (!err)
-			err = r;
-		folio_put(f);
-	}
-	return err;
-}
-
 static int64_t writeback_pass(struct folio_mapping *m,
 			      const struct wb_params *p)
 {
@@ -309,7 +282,10 @@ static int64_t writeback_pass(struct folio_mapping *m,
 		int r = io_group_wait(&own, m->engine);
 		if (r && r != atomic_load(&own.error))
 			errseq_record(m, r);
-		r = wait_range_writeback(m, p->start, p->end);
+		/* Writes other threads started before this pass: a folio
+		 * whose runs another pass took is no longer dirty, so this
+		 * pass never visited it. */
+		r = mapping_wait_range_writeback(m, p->start, p->end);
 		if (r)
 			errseq_record(m, r);
 	}
