@@ -41,7 +41,7 @@ TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 
 # Known library bugs stay masked in the harness while their fixes land:
 # fuzz_known_bugs in tests/fuzz/meson.build (FUZZ_SKIP_KNOWN overrides it).
-step "libFuzzer: 60 s of fuzzing + corpus regression (clang, ASan + UBSan)"
+step "libFuzzer: 2500 runs from seed 1 + corpus regression (clang, ASan + UBSan)"
 bash scripts/fuzz.sh 60 -seed=1 -runs=2500
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	meson test -C build/fuzz --suite fuzz --print-errorlogs

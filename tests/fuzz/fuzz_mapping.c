@@ -23,7 +23,8 @@
  *
  * Weaker knowledge is tracked per byte: after an invalidate with DISCARD a
  * byte holds either the model's value or the store's (EITHER, learnt from
- * the next read or successful sync); with FOLIO_MAPPING_DROP_ON_ERROR a
+ * the next read or successful sync), or anything (ANY) where the store's
+ * value was not flushed yet; with FOLIO_MAPPING_DROP_ON_ERROR a
  * byte written since the last clean sync may be anything once a fault
  * fired (ANY, until it is written again).
  *
@@ -83,6 +84,7 @@ static uint64_t unknown; /* bytes not in ST_KNOWN (upper bound) */
 
 static unsigned skip_mask;
 static bool trace;
+static uint64_t watch = UINT64_MAX; /* FUZZ_WATCH: a byte traced per op */
 
 #define KNOWN_BUG(c) (skip_mask & (1u << ((c) - 'a')))
 
@@ -174,6 +176,9 @@ static void parse_env(void)
 				skip_mask |= 1u << (*s - 'a');
 	const char *t = getenv("FUZZ_TRACE");
 	trace = t && *t && strcmp(t, "0");
+	const char *wp = getenv("FUZZ_WATCH");
+	if (wp && *wp)
+		watch = strtoull(wp, NULL, 0);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -426,6 +431,7 @@ static void check_bytes(struct world *w, uint64_t pos, const unsigned char *got,
 	}
 	uint64_t bad_at = UINT64_MAX;
 	size_t nbad = 0;
+	unsigned char bad_got = 0, bad_want = 0, bad_state = 0, bad_alt = 0;
 	for (size_t i = 0; i < n; i++) {
 		uint64_t b = pos + i;
 		if (!(i % CHUNK) && n - i >= CHUNK &&
@@ -435,18 +441,20 @@ static void check_bytes(struct world *w, uint64_t pos, const unsigned char *got,
 		}
 		switch (state[b]) {
 		case ST_KNOWN:
-			if (got[i] != model[b]) {
-				if (bad_at == UINT64_MAX)
-					bad_at = b;
-				nbad++;
-			}
-			break;
 		case ST_EITHER:
-			if (got[i] != model[b] && got[i] != alt[b]) {
-				if (bad_at == UINT64_MAX)
+			if (got[i] != model[b] &&
+			    (state[b] == ST_KNOWN || got[i] != alt[b])) {
+				if (bad_at == UINT64_MAX) {
 					bad_at = b;
+					bad_got = got[i];
+					bad_want = model[b];
+					bad_state = state[b];
+					bad_alt = alt[b];
+				}
 				nbad++;
 			}
+			if (state[b] == ST_KNOWN)
+				break;
 			model[b] = got[i];
 			state[b] = ST_KNOWN;
 			break;
@@ -455,7 +463,6 @@ static void check_bytes(struct world *w, uint64_t pos, const unsigned char *got,
 		}
 	}
 	if (bad_at != UINT64_MAX) {
-		size_t i = (size_t)(bad_at - pos);
 		fail(w, __LINE__, "bytes == model",
 		     "%s [%llu, +%zu): %zu bad bytes, first at %llu (block "
 		     "%llu, +%llu in block): got %#x want %#x (state %d alt "
@@ -463,8 +470,8 @@ static void check_bytes(struct world *w, uint64_t pos, const unsigned char *got,
 		     what, (unsigned long long)pos, n, nbad,
 		     (unsigned long long)bad_at,
 		     (unsigned long long)(bad_at / w->bs),
-		     (unsigned long long)(bad_at % w->bs), got[i], model[bad_at],
-		     state[bad_at], alt[bad_at], w->read_rules);
+		     (unsigned long long)(bad_at % w->bs), bad_got, bad_want,
+		     bad_state, bad_alt, w->read_rules);
 	}
 }
 
@@ -900,11 +907,19 @@ static void op_invalidate(struct world *w, struct input *in)
 		CHECK(w, pr == 0, "peek: %d", pr);
 		for (size_t i = 0; i < n; i++) {
 			uint64_t b = pos + i;
-			/* Not poked after a failed flush (the store may be
-			 * the truth now); mod_sync stays: a kept dirty block
-			 * may still be dropped (DROP_ON_ERROR). */
+			/* Store bytes not flushed yet are no one's to keep
+			 * once discarded: a failed flush may take them back
+			 * to anything older (a redone truncate zeroes them),
+			 * so they are ANY. Otherwise not poked after a failed
+			 * flush (the store is the truth now); mod_sync stays:
+			 * a kept dirty block may still be dropped
+			 * (DROP_ON_ERROR). */
+			bool unflushed = mod_flush[b];
 			mod_flush[b] = 0;
-			if (state[b] == ST_KNOWN && store[i] != model[b]) {
+			if (unflushed) {
+				unknown += state[b] == ST_KNOWN;
+				state[b] = ST_ANY;
+			} else if (state[b] == ST_KNOWN && store[i] != model[b]) {
 				state[b] = ST_EITHER;
 				alt[b] = store[i];
 				unknown++;
@@ -1500,6 +1515,25 @@ static const unsigned char optable[32] = {
 	OP_DIRTY, OP_LOOKUP, OP_MODE, OP_REOPEN, OP_WRITE, OP_READ, OP_SYNC,
 };
 
+/* FUZZ_WATCH=pos: what the store, the model and the cache say about one
+ * byte after each op, to follow a bad byte back to the op that made it. */
+static void trace_watch(struct world *w)
+{
+	if (!trace || watch >= SPACE)
+		return;
+	unsigned char s = 0;
+	int pr = folio_engine_mem_peek(w->e, &s, 1, watch);
+	int dirty = -1;
+	w->nranges = 0;
+	if (!folio_mapping_dirty_ranges(w->m, watch, watch + 1, collect_range,
+					w))
+		dirty = w->nranges > 0;
+	TRACE("    watch %llu: store %#x%s model %#x state %d alt %#x "
+	      "mod_flush %d dirty %d\n",
+	      (unsigned long long)watch, s, pr ? " (past end)" : "",
+	      model[watch], state[watch], alt[watch], mod_flush[watch], dirty);
+}
+
 static void run_op(struct world *w, struct input *in)
 {
 	unsigned op = optable[u8(in) % 32];
@@ -1559,6 +1593,7 @@ static void run_op(struct world *w, struct input *in)
 	}
 	drop_bookkeeping(w);
 	check_size(w);
+	trace_watch(w);
 	CHECK(w, mstats(w).misdirected == 0, "misdirected request");
 }
 
