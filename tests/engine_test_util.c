@@ -25,7 +25,7 @@
 
 static atomic_uint completion_rank;
 
-static void tio_end(struct fs_io *rq, ssize_t result)
+static void tio_end(struct engine_io *rq, ssize_t result)
 {
 	struct tio *t = container_of(rq, struct tio, rq);
 	atomic_store(&t->result, (long)result);

@@ -3,7 +3,7 @@
  * Support shared by the engine tests (test_engine_mem, _posix, _uring).
  *
  * Requests are built by a small helper that embeds the library's request
- * wrapper (struct fs_io), so nothing here needs the mapping layer; the
+ * wrapper (struct engine_io), so nothing here needs the mapping layer; the
  * engine's callbacks are reached through the ops table it was created
  * with.
  *
@@ -23,7 +23,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "internal.h"
+#include "engine/engine.h"
 
 /* ---- requests ------------------------------------------------------- */
 
@@ -32,7 +32,7 @@
 #define TIO_INLINE_IOV 8
 
 struct tio {
-	struct fs_io rq;
+	struct engine_io rq;
 	struct iovec *iov; /* iov_inline, or allocated for more segments */
 	struct iovec iov_inline[TIO_INLINE_IOV];
 	atomic_int ncomplete;

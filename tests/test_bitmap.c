@@ -23,7 +23,7 @@
 
 #include <cmocka.h>
 
-#include "bitmap.h"
+#include "bitmap/bitmap.h"
 #include "test_util.h"
 
 #define SMALL_MAX_BITS 200u

@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "brlock.h"
+#include "base/brlock.h"
 #include "test_util.h"
 
 #define READERS (BRLOCK_STRIPES + 4)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Flushes and unstable data (lib/commit.c): written blocks stay the
+ * Flushes and unstable data (lib/mapping/commit.c): written blocks stay the
  * cache's until a flush that began after their write succeeds; a failed
  * flush makes them dirty again so the next sync rewrites them; flushes of
  * one mapping run one at a time and late arrivals share the next one.

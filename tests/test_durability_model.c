@@ -68,7 +68,7 @@
  * next successful flush makes W durable anyway, so only the LOSE rules
  * (half of the flush faults) can expose the bug; a power cut after the
  * failed sync would not (S is not advanced by a failing sync), which is
- * why (b) is the check that matters. Verified by hand on lib/commit.c
+ * why (b) is the check that matters. Verified by hand on lib/mapping/commit.c
  * (not committed): with run_flush() calling settle_unstable() as if every
  * flush succeeded, or not at all after a failed one (the blocks stay
  * unstable and the next successful flush releases them), (b) fails in

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * White-box tests of lib/index.c.
+ * White-box tests of lib/mapping/index.c.
  *
  * The core is a randomized model test: a sorted array of (first, order,
  * entry, tags) records is the reference, and every index answer (insert
@@ -28,7 +28,7 @@
 
 #include <cmocka.h>
 
-#include "index.h"
+#include "mapping/index.h"
 #include "test_util.h"
 
 #define SPAN(order) (UINT64_C(1) << (order))
@@ -38,7 +38,7 @@ static void *fake(uint64_t n)
 	return (void *)(uintptr_t)((n + 1) << 4);
 }
 
-static void check_verify(const struct fs_index *idx)
+static void check_verify(const struct index_tree *idx)
 {
 	int err = index_verify(idx);
 	if (err)
@@ -49,7 +49,7 @@ static void check_verify(const struct fs_index *idx)
 
 static void test_empty(void **state)
 {
-	struct fs_index idx;
+	struct index_tree idx;
 	uint64_t key = 0;
 	unsigned order = 99;
 
@@ -76,7 +76,7 @@ static void test_empty(void **state)
 
 static void test_bad_input(void **state)
 {
-	struct fs_index idx;
+	struct index_tree idx;
 	index_init(&idx);
 
 	assert_int_equal(index_insert(&idx, 0, 0, NULL), -EINVAL);
@@ -118,7 +118,7 @@ static void test_bad_input(void **state)
 
 static void test_edges(void **state)
 {
-	struct fs_index idx;
+	struct index_tree idx;
 	uint64_t key;
 	unsigned order;
 	const uint64_t k53 = UINT64_C(1) << 53;
@@ -225,7 +225,7 @@ static void test_edges(void **state)
 /* Entries stored in the root itself, growth above them, and shrinking. */
 static void test_root_level_growth_shrink(void **state)
 {
-	struct fs_index idx;
+	struct index_tree idx;
 	uint64_t key;
 	unsigned order;
 
@@ -335,7 +335,7 @@ static void test_enomem(void **state)
 		{ UINT64_MAX - 1, 0 },           /* growth to level 60 */
 		{ 4096, 12 },                    /* level 12 under the root */
 	};
-	struct fs_index idx;
+	struct index_tree idx;
 
 	index_init(&idx);
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
@@ -469,7 +469,7 @@ static unsigned rand_order(uint64_t *rng)
 	return 9 + (unsigned)test_rand_below(rng, 4);
 }
 
-static void check_window(const struct fs_index *idx, const struct model *m,
+static void check_window(const struct index_tree *idx, const struct model *m,
 			 uint64_t start, uint64_t last, int tag)
 {
 	uint64_t key = start;
@@ -513,7 +513,7 @@ static void test_model(void **state)
 	uint64_t rng = test_seed("index_model");
 	unsigned ops = test_iters(200000, 15000);
 	struct model m = { 0 };
-	struct fs_index idx;
+	struct index_tree idx;
 	uint64_t serial = 0;
 	unsigned counts[8] = { 0 };
 
@@ -686,7 +686,7 @@ struct tentry {
 #define T_TAGGERS 2
 
 struct tshared {
-	struct fs_index idx;
+	struct index_tree idx;
 	pthread_rwlock_t lock;
 	struct tentry ent[T_ENTRIES];
 	atomic_uint errors;

@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <limits.h>
+
+#include "base/brlock.h"
+#include "base/futex.h"
+#include "base/base.h"
+
+static _Thread_local unsigned my_stripe TLS_FAST = UINT_MAX;
+static atomic_uint next_stripe;
+
+unsigned thread_stripe(void)
+{
+	if (my_stripe == UINT_MAX)
+		my_stripe = atomic_fetch_add_explicit(&next_stripe, 1,
+						      memory_order_relaxed) %
+			    BRLOCK_STRIPES;
+	return my_stripe;
+}
+
+int brlock_init(struct brlock *l)
+{
+	atomic_init(&l->writer, 0);
+	for (unsigned i = 0; i < BRLOCK_STRIPES; i++)
+		atomic_init(&l->stripe[i].readers, 0);
+	return pthread_mutex_init(&l->writers, NULL) ? -ENOMEM : 0;
+}
+
+void brlock_destroy(struct brlock *l)
+{
+	pthread_mutex_destroy(&l->writers);
+}
+
+/*
+ * Reader and writer each publish themselves and then look at the other
+ * (reader: count, then flag; writer: flag, then counts), all sequentially
+ * consistent, so at least one of them sees the other and neither enters
+ * while the other is inside.
+ */
+void brlock_read_lock(struct brlock *l)
+{
+	atomic_uint *count = &l->stripe[thread_stripe()].readers;
+	for (;;) {
+		atomic_fetch_add(count, 1);
+		if (!atomic_load(&l->writer))
+			return;
+		/* A writer wants in: step back, let it drain, wait. */
+		if (atomic_fetch_sub(count, 1) == 1)
+			futex_wake_all(count);
+		unsigned w;
+		while ((w = atomic_load(&l->writer)))
+			futex_wait(&l->writer, w);
+	}
+}
+
+void brlock_read_unlock(struct brlock *l)
+{
+	atomic_uint *count = &l->stripe[thread_stripe()].readers;
+	if (atomic_fetch_sub(count, 1) == 1 && atomic_load(&l->writer))
+		futex_wake_all(count);
+}
+
+void brlock_write_lock(struct brlock *l)
+{
+	pthread_mutex_lock(&l->writers);
+	atomic_store(&l->writer, 1);
+	for (unsigned i = 0; i < BRLOCK_STRIPES; i++) {
+		atomic_uint *count = &l->stripe[i].readers;
+		unsigned v;
+		while ((v = atomic_load(count)))
+			futex_wait(count, v);
+	}
+}
+
+void brlock_write_unlock(struct brlock *l)
+{
+	atomic_store(&l->writer, 0);
+	futex_wake_all(&l->writer);
+	pthread_mutex_unlock(&l->writers);
+}

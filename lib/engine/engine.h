@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The engine layer: the engine object, the library-side request wrapper,
+ * groups of requests and waiting for them. Built-in engines are plug-ins
+ * in lib/engines/; the mapping layer submits through what is here.
+ */
+#ifndef FOLIO_ENGINE_H
+#define FOLIO_ENGINE_H
+
+#include <time.h>
+
+#include "base/base.h"
+
+enum engine_kind {
+	ENGINE_USER = 0,
+	ENGINE_POSIX,
+	ENGINE_URING,
+	ENGINE_MEM,
+};
+
+struct folio_engine {
+	struct folio_engine_ops ops;
+	void *ctx;
+	enum engine_kind kind;
+	atomic_uint users; /* mappings attached */
+};
+
+/* Allocate an engine of a built-in kind (the kind lets kind-specific calls
+ * such as folio_engine_mem_inject() refuse other engines). */
+int engine_create(struct folio_engine **out,
+		  const struct folio_engine_ops *ops, void *ctx,
+		  enum engine_kind kind);
+
+/*
+ * Library-side wrapper of every request. The engine sees only `io`;
+ * folio_io_complete() finds the wrapper and calls end_io.
+ */
+struct engine_io {
+	struct folio_io io;
+	void (*end_io)(struct engine_io *rq, ssize_t result);
+};
+
+/*
+ * A group of requests someone waits for. Each submitted request adds one;
+ * io_group_done() subtracts one and wakes the waiter at zero. The bias of
+ * one held by the submitter keeps the count from reaching zero before the
+ * last request is submitted.
+ */
+struct io_group {
+	atomic_uint pending;
+	atomic_int error; /* first error seen, 0 if none */
+};
+
+void io_group_init(struct io_group *g);
+void io_group_add(struct io_group *g);
+void io_group_done(struct io_group *g, int error);
+/* Drop the submitter's bias and wait for every request, driving the
+ * engine's wait() when it has one. Returns the first request error, else
+ * wait()'s error, else 0. */
+int io_group_wait(struct io_group *g, struct folio_engine *e);
+
+/*
+ * Sleep until done(arg), where whoever makes it true wakes the sleeper
+ * that sleep(arg, timeout) puts to sleep (timeout NULL: no limit). A
+ * polled engine is driven through its wait(); as wait() returns at once
+ * when the engine has nothing in flight (the last request may still be
+ * being built elsewhere), the loop then sleeps briefly instead of
+ * spinning. Returns 0, or the first error wait() returned (the wait
+ * still lasts until done(arg)).
+ */
+int engine_wait_until(struct folio_engine *e, bool (*done)(void *arg),
+		      void (*sleep)(void *arg, const struct timespec *t),
+		      void *arg);
+
+/* How long a waiter driving a polled engine sleeps between wait() calls
+ * that made no progress for it. */
+#define ENGINE_POLL_BACKOFF_NS 100000
+
+#endif

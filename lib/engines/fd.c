@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the file-descriptor engines (posix, io_uring) share: a synchronous
+ * vectored I/O loop, and the buffered descriptor that carries the one
+ * kind of write O_DIRECT cannot take.
+ *
+ * Writeback clamps the last run of an object to its size, so when the
+ * size is not a multiple of the device's sector the final write ends
+ * mid-sector, and an O_DIRECT descriptor refuses it. Such a write goes
+ * through a second, buffered descriptor of the same file instead: the
+ * kernel keeps the page cache coherent with direct I/O of the same range,
+ * and flush (fdatasync of the inode) covers both.
+ */
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <limits.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "engines/fd.h"
+
+int engine_fd_check(int fd, int *fl)
+{
+	int flags = fcntl(fd, F_GETFL);
+	if (flags < 0 || (flags & O_PATH))
+		return -EBADF;
+	struct stat st;
+	if (fstat(fd, &st))
+		return -EBADF;
+	if ((!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) ||
+	    (flags & O_APPEND))
+		return -EINVAL;
+	*fl = flags;
+	return 0;
+}
+
+#ifndef IOV_MAX
+#define IOV_MAX 1024
+#endif
+
+/* Segments copied per call once a request has to be resumed mid-way (after
+ * a short transfer) or has more segments than one call accepts. */
+#define FD_IOV_WINDOW 64
+
+ssize_t engine_fd_rw(int fd, bool direct, struct folio_io *io)
+{
+	struct iovec window[FD_IOV_WINDOW];
+	bool rd = io->op == FOLIO_IO_READ;
+	size_t done = 0;
+	while (done < io->len) {
+		const struct iovec *v = io->iov;
+		int n = io->iovcnt;
+		if (done || n > IOV_MAX) {
+			v = window;
+			n = engine_iov_window(io->iov, io->iovcnt, done, window,
+					      FD_IOV_WINDOW);
+		}
+		off_t off = (off_t)(io->dev_pos + done);
+		ssize_t r = rd ? preadv(fd, v, n, off) : pwritev(fd, v, n, off);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			int err = -errno;
+			return done ? (ssize_t)done : err;
+		}
+		if (r == 0) {
+			if (rd)
+				break; /* end of file */
+			/* A write that moves nothing would loop forever. */
+			return done ? (ssize_t)done : -EIO;
+		}
+		done += (size_t)r;
+		/* A direct read stops short at end of file; the rest cannot
+		 * be asked for from an unaligned position, and is past EOF. */
+		if (rd && direct && (done & (FOLIO_ENGINE_DIRECT_ALIGN - 1)))
+			break;
+	}
+	if (rd && done < io->len) {
+		engine_iov_zero(io->iov, io->iovcnt, done, io->len);
+		done = io->len;
+	}
+	return (ssize_t)done;
+}
+
+int engine_tail_fd_open(int fd, int fl, int *tail_fd)
+{
+	*tail_fd = -1;
+	if (!(fl & O_DIRECT)) {
+		/* Only the alignment checks were asked for: the descriptor
+		 * itself takes any write. */
+		*tail_fd = fd;
+		return 0;
+	}
+	char path[40];
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	int b = open(path, (fl & O_ACCMODE) | O_CLOEXEC);
+	if (b < 0)
+		return -errno;
+	*tail_fd = b;
+	return 0;
+}
+
+void engine_tail_fd_close(int fd, int tail_fd)
+{
+	if (tail_fd >= 0 && tail_fd != fd)
+		close(tail_fd);
+}
+
+bool engine_io_direct_tail(const struct folio_io *io, size_t align)
+{
+	if (io->op != FOLIO_IO_WRITE || (io->dev_pos & (align - 1)))
+		return false;
+	for (int i = 0; i < io->iovcnt; i++) {
+		if ((uintptr_t)io->iov[i].iov_base & (align - 1))
+			return false;
+		if ((io->iov[i].iov_len & (align - 1)) && i != io->iovcnt - 1)
+			return false;
+	}
+	return true;
+}

@@ -1,0 +1,444 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Per-block uptodate, dirty and unstable state. Bits [0, N) of f->state
+ * say which blocks are uptodate, bits [N, 2N) which are dirty, bits
+ * [2N, 3N) which were written but not yet flushed. Every bitmap access
+ * happens under f->state_lock; the UPTODATE and DIRTY flags summarise the
+ * bitmap and change only under the same lock, so a lock-free reader of the
+ * flags never sees them disagree with a completed update. A one-block folio
+ * has no bitmap: its flags are its state and change by atomic operations.
+ */
+#include "bitmap/bitmap.h"
+#include "folio/folio.h"
+
+enum { UPD_UPTODATE = 1, UPD_DIRTY = 2 };
+
+/* Blocks [*first, *end) touched by [off, off+len): outward rounding. */
+static inline void blocks_outward(const struct folio *f, size_t off,
+				  size_t len, size_t *first, size_t *end)
+{
+	*first = off >> f->block_shift;
+	*end = ((off + len - 1) >> f->block_shift) + 1;
+}
+
+/* Blocks wholly inside [off, off+len): inward rounding (may be empty). */
+static inline void blocks_inward(const struct folio *f, size_t off,
+				 size_t len, size_t *first, size_t *end)
+{
+	size_t mask = ((size_t)1 << f->block_shift) - 1;
+	*first = (off + mask) >> f->block_shift;
+	*end = (off + len) >> f->block_shift;
+	if (*end < *first)
+		*end = *first;
+}
+
+static inline bool test_bit(const uint64_t *map, size_t i)
+{
+	return (map[i / BITMAP_WORD_BITS] >> (i % BITMAP_WORD_BITS)) & 1;
+}
+
+static inline unsigned load_flags(struct folio *f)
+{
+	return atomic_load_explicit(&f->flags, memory_order_relaxed);
+}
+
+static int update_single(struct folio *f, unsigned what)
+{
+	unsigned bits = ((what & UPD_UPTODATE) ? FOLIO_F_UPTODATE : 0) |
+			((what & UPD_DIRTY) ? FOLIO_F_DIRTY : 0);
+	unsigned old = atomic_fetch_or_explicit(&f->flags, bits,
+						memory_order_acq_rel);
+	int ret = 0;
+	if ((bits & FOLIO_F_DIRTY) && !(old & FOLIO_F_DIRTY))
+		ret |= FOLIO_BECAME_DIRTY;
+	if ((bits & FOLIO_F_UPTODATE) && !(old & FOLIO_F_UPTODATE))
+		ret |= FOLIO_BECAME_UPTODATE;
+	return ret;
+}
+
+/*
+ * The one place blocks become uptodate and/or dirty. The write fast path
+ * (both bits) costs one lock round trip, and skips the uptodate bitmap
+ * entirely when the folio is already wholly uptodate. Whether this call
+ * completed the folio is decided under the lock, so exactly one caller
+ * publishes UPTODATE.
+ */
+static int folio_update(struct folio *f, size_t off, size_t len,
+			unsigned what)
+{
+	int ret = folio_check_range(f, off, len);
+	if (ret || !len)
+		return ret;
+	if (!f->nblocks_minus1)
+		return update_single(f, what);
+
+	size_t n = folio_nblocks(f), first, end;
+	blocks_outward(f, off, len, &first, &end);
+
+	spin_lock(&f->state_lock);
+	unsigned flags = load_flags(f);
+	if ((what & UPD_UPTODATE) && !(flags & FOLIO_F_UPTODATE)) {
+		bitmap_set_range(f->state, first, end);
+		/* [first, end) was just set, so only the rest can be
+		 * missing, and a missing block is usually right next to the
+		 * range: the next one for a forward writer, the previous one
+		 * for a backward writer. Looking there first keeps a write
+		 * O(1); scanning from block 0 every time re-read everything
+		 * written so far (twice the cost of a sequential 512 B write
+		 * into a 2 MiB folio). */
+		if ((end == n || test_bit(f->state, end)) &&
+		    (first == 0 || test_bit(f->state, first - 1)) &&
+		    bitmap_all_set(f->state, end, n) &&
+		    bitmap_all_set(f->state, 0, first)) {
+			atomic_fetch_or_explicit(&f->flags, FOLIO_F_UPTODATE,
+						 memory_order_release);
+			ret |= FOLIO_BECAME_UPTODATE;
+		}
+	}
+	if (what & UPD_DIRTY) {
+		bitmap_set_range(f->state, n + first, n + end);
+		if (!(flags & FOLIO_F_DIRTY)) {
+			atomic_fetch_or_explicit(&f->flags, FOLIO_F_DIRTY,
+						 memory_order_release);
+			ret |= FOLIO_BECAME_DIRTY;
+		}
+	}
+	spin_unlock(&f->state_lock);
+	return ret;
+}
+
+int folio_set_uptodate(struct folio *f, size_t off, size_t len)
+{
+	return folio_update(f, off, len, UPD_UPTODATE);
+}
+
+int folio_set_dirty(struct folio *f, size_t off, size_t len)
+{
+	return folio_update(f, off, len, UPD_DIRTY);
+}
+
+int folio_set_dirty_uptodate(struct folio *f, size_t off, size_t len)
+{
+	return folio_update(f, off, len, UPD_UPTODATE | UPD_DIRTY);
+}
+
+/* Caller holds the state lock. Keeps the DIRTY flag equal to "any dirty
+ * bit" after bits were cleared. */
+static void recompute_dirty_flag(struct folio *f, size_t n)
+{
+	if (!bitmap_any_set(f->state, n, 2 * n))
+		atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_DIRTY,
+					  memory_order_release);
+}
+
+/*
+ * Argument checks and inward rounding shared by the clear operations:
+ * returns 1 with [*first, *end) non-empty, 0 when there is nothing to
+ * clear, or a negative errno.
+ */
+static int check_round_inward(struct folio *f, size_t off, size_t len,
+			      size_t *first, size_t *end)
+{
+	int ret = folio_check_range(f, off, len);
+	if (ret || !len)
+		return ret;
+	blocks_inward(f, off, len, first, end);
+	return *first < *end;
+}
+
+int folio_clear_dirty(struct folio *f, size_t off, size_t len)
+{
+	size_t first, end;
+	int ret = check_round_inward(f, off, len, &first, &end);
+	if (ret <= 0)
+		return ret;
+	if (!f->nblocks_minus1) {
+		atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_DIRTY,
+					  memory_order_release);
+		return 0;
+	}
+	size_t n = folio_nblocks(f);
+	spin_lock(&f->state_lock);
+	bitmap_clear_range(f->state, n + first, n + end);
+	recompute_dirty_flag(f, n);
+	spin_unlock(&f->state_lock);
+	return 0;
+}
+
+int folio_clear_uptodate(struct folio *f, size_t off, size_t len)
+{
+	size_t first, end;
+	int ret = check_round_inward(f, off, len, &first, &end);
+	if (ret <= 0)
+		return ret;
+	if (!f->nblocks_minus1) {
+		/* A dirty block is the only copy of its data: keep it. */
+		unsigned v = load_flags(f);
+		while (!(v & FOLIO_F_DIRTY) &&
+		       !atomic_compare_exchange_weak_explicit(
+			       &f->flags, &v, v & ~FOLIO_F_UPTODATE,
+			       memory_order_acq_rel, memory_order_relaxed))
+			;
+		return 0;
+	}
+	size_t n = folio_nblocks(f);
+	spin_lock(&f->state_lock);
+	/* Clear uptodate on each run of clean blocks in [first, end). */
+	size_t b = first;
+	while (b < end) {
+		size_t clean = bitmap_next_clear(f->state, n + b, n + end) - n;
+		if (clean >= end)
+			break;
+		size_t stop = bitmap_next_set(f->state, n + clean, n + end) - n;
+		bitmap_clear_range(f->state, clean, stop);
+		atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_UPTODATE,
+					  memory_order_release);
+		b = stop;
+	}
+	spin_unlock(&f->state_lock);
+	return 0;
+}
+
+/* Shared body of the range predicates: "any block dirty" when `dirty`,
+ * otherwise "all blocks uptodate". */
+static int range_query(struct folio *f, size_t off, size_t len, bool dirty)
+{
+	int ret = folio_check_range(f, off, len);
+	if (ret)
+		return ret;
+	if (!len)
+		return dirty ? 0 : 1;
+	unsigned flags = atomic_load_explicit(&f->flags, memory_order_acquire);
+	if (!dirty && (flags & FOLIO_F_UPTODATE))
+		return 1;
+	if (dirty && !(flags & FOLIO_F_DIRTY))
+		return 0;
+	if (!f->nblocks_minus1)
+		return dirty ? 1 : 0;
+
+	size_t n = folio_nblocks(f), first, end;
+	blocks_outward(f, off, len, &first, &end);
+	spin_lock(&f->state_lock);
+	bool r = dirty ? bitmap_any_set(f->state, n + first, n + end)
+		       : bitmap_all_set(f->state, first, end);
+	spin_unlock(&f->state_lock);
+	return r ? 1 : 0;
+}
+
+int folio_is_uptodate(struct folio *f, size_t off, size_t len)
+{
+	return range_query(f, off, len, false);
+}
+
+int folio_is_dirty(struct folio *f, size_t off, size_t len)
+{
+	return range_query(f, off, len, true);
+}
+
+/*
+ * Next run at or after the block holding *off of dirty blocks (`dirty`) or
+ * of blocks that are not uptodate (!`dirty`): one body for next_dirty and
+ * next_missing, and the flags answer the common "none" case lock-free.
+ */
+static ssize_t next_run(struct folio *f, size_t *off, bool dirty)
+{
+	if (!f || !off)
+		return -EINVAL;
+	size_t size = (size_t)1 << f->size_shift;
+	if (*off > size)
+		return -ERANGE;
+	if (*off == size)
+		return 0;
+	unsigned flags = atomic_load_explicit(&f->flags, memory_order_acquire);
+	if (dirty ? !(flags & FOLIO_F_DIRTY) : (flags & FOLIO_F_UPTODATE))
+		return 0;
+	size_t first = *off >> f->block_shift;
+	if (!f->nblocks_minus1) {
+		*off = 0;
+		return (ssize_t)size;
+	}
+
+	size_t n = folio_nblocks(f), base = dirty ? n : 0, s, e;
+	spin_lock(&f->state_lock);
+	if (dirty) {
+		s = bitmap_next_set(f->state, base + first, base + n);
+		e = bitmap_next_clear(f->state, s, base + n);
+	} else {
+		s = bitmap_next_clear(f->state, first, n);
+		e = bitmap_next_set(f->state, s, n);
+	}
+	spin_unlock(&f->state_lock);
+	if (s == base + n)
+		return 0;
+	*off = (s - base) << f->block_shift;
+	return (ssize_t)((e - s) << f->block_shift);
+}
+
+ssize_t folio_next_dirty(struct folio *f, size_t *off)
+{
+	return next_run(f, off, true);
+}
+
+ssize_t folio_next_missing(struct folio *f, size_t *off)
+{
+	return next_run(f, off, false);
+}
+
+int folio_take_dirty_from(struct folio *f, size_t from,
+			  struct folio_range *runs, size_t max_runs)
+{
+	if (!(atomic_load_explicit(&f->flags, memory_order_acquire) &
+	      FOLIO_F_DIRTY))
+		return 0;
+	if (!f->nblocks_minus1) {
+		if (from)
+			return 0;
+		unsigned old = atomic_fetch_and_explicit(
+			&f->flags, ~FOLIO_F_DIRTY, memory_order_acq_rel);
+		if (!(old & FOLIO_F_DIRTY))
+			return 0;
+		runs[0].off = 0;
+		runs[0].len = (size_t)1 << f->size_shift;
+		return 1;
+	}
+
+	size_t n = folio_nblocks(f), taken = 0;
+	size_t b = n + MIN(from >> f->block_shift, n);
+	spin_lock(&f->state_lock);
+	while (taken < max_runs) {
+		size_t s = bitmap_next_set(f->state, b, 2 * n);
+		if (s == 2 * n)
+			break;
+		size_t e = bitmap_next_clear(f->state, s, 2 * n);
+		bitmap_clear_range(f->state, s, e);
+		runs[taken].off = (s - n) << f->block_shift;
+		runs[taken].len = (e - s) << f->block_shift;
+		taken++;
+		b = e;
+	}
+	recompute_dirty_flag(f, n);
+	spin_unlock(&f->state_lock);
+	return (int)taken;
+}
+
+int folio_take_dirty(struct folio *f, struct folio_range *runs,
+		     size_t max_runs)
+{
+	if (!f || !runs || !max_runs)
+		return -EINVAL;
+	return folio_take_dirty_from(f, 0, runs, max_runs);
+}
+
+void folio_count_blocks(struct folio *f, size_t *uptodate, size_t *dirty,
+			size_t *unstable)
+{
+	if (!f->nblocks_minus1) {
+		unsigned flags = atomic_load(&f->flags);
+		*uptodate = (flags & FOLIO_F_UPTODATE) ? 1 : 0;
+		*dirty = (flags & FOLIO_F_DIRTY) ? 1 : 0;
+		*unstable = (flags & FOLIO_F_UNSTABLE) ? 1 : 0;
+		return;
+	}
+	size_t n = folio_nblocks(f);
+	spin_lock(&f->state_lock);
+	*uptodate = bitmap_count(f->state, 0, n);
+	*dirty = bitmap_count(f->state, n, 2 * n);
+	*unstable = bitmap_count(f->state, 2 * n, 3 * n);
+	spin_unlock(&f->state_lock);
+}
+
+/*
+ * Unstable state changes on the completion and flush paths only, never on
+ * the write fast path, so one-block folios take the state lock here too:
+ * the flag and the epoch must change together.
+ */
+int folio_mark_unstable(struct folio *f, size_t off, size_t len,
+			uint64_t epoch)
+{
+	if (folio_check_range(f, off, len) || !len)
+		return 0;
+	int ret = 0;
+	spin_lock(&f->state_lock);
+	if (f->nblocks_minus1) {
+		size_t n = folio_nblocks(f), first, end;
+		blocks_outward(f, off, len, &first, &end);
+		bitmap_set_range(f->state, 2 * n + first, 2 * n + end);
+	}
+	unsigned old = atomic_fetch_or_explicit(&f->flags, FOLIO_F_UNSTABLE,
+						memory_order_acq_rel);
+	if (!(old & FOLIO_F_UNSTABLE))
+		ret = FOLIO_BECAME_UNSTABLE;
+	if (epoch > f->unstable_epoch)
+		f->unstable_epoch = epoch;
+	spin_unlock(&f->state_lock);
+	return ret;
+}
+
+/* Caller holds the state lock: drop every unstable bit and the flag. */
+static void unstable_clear_all(struct folio *f)
+{
+	if (f->nblocks_minus1) {
+		size_t n = folio_nblocks(f);
+		bitmap_clear_range(f->state, 2 * n, 3 * n);
+	}
+	atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_UNSTABLE,
+				  memory_order_release);
+}
+
+bool folio_stabilize(struct folio *f, uint64_t epoch)
+{
+	if (!folio_test_unstable(f))
+		return false;
+	spin_lock(&f->state_lock);
+	/* A write that completed after the flush began may not be covered
+	 * by it: keep the whole folio for the next flush (one epoch per
+	 * folio keeps the header small; the cost is a later release). */
+	if (f->unstable_epoch <= epoch)
+		unstable_clear_all(f);
+	bool left = load_flags(f) & FOLIO_F_UNSTABLE;
+	spin_unlock(&f->state_lock);
+	return left;
+}
+
+int folio_redirty_unstable(struct folio *f)
+{
+	if (!folio_test_unstable(f))
+		return 0;
+	spin_lock(&f->state_lock);
+	unsigned flags = load_flags(f);
+	if (!(flags & FOLIO_F_UNSTABLE)) {
+		spin_unlock(&f->state_lock);
+		return 0;
+	}
+	if (f->nblocks_minus1) {
+		size_t n = folio_nblocks(f), b = 2 * n;
+		while ((b = bitmap_next_set(f->state, b, 3 * n)) < 3 * n) {
+			size_t e = bitmap_next_clear(f->state, b, 3 * n);
+			bitmap_set_range(f->state, b - n, e - n);
+			b = e;
+		}
+	}
+	unstable_clear_all(f);
+	unsigned old = atomic_fetch_or_explicit(&f->flags, FOLIO_F_DIRTY,
+						memory_order_acq_rel);
+	spin_unlock(&f->state_lock);
+	return (old & FOLIO_F_DIRTY) ? 0 : FOLIO_BECAME_DIRTY;
+}
+
+void folio_forget_unstable(struct folio *f, size_t off, size_t len)
+{
+	size_t first, end;
+	if (!folio_test_unstable(f) ||
+	    check_round_inward(f, off, len, &first, &end) <= 0)
+		return;
+	spin_lock(&f->state_lock);
+	if (!f->nblocks_minus1) {
+		unstable_clear_all(f);
+	} else {
+		size_t n = folio_nblocks(f);
+		bitmap_clear_range(f->state, 2 * n + first, 2 * n + end);
+		if (!bitmap_any_set(f->state, 2 * n, 3 * n))
+			unstable_clear_all(f);
+	}
+	spin_unlock(&f->state_lock);
+}

@@ -1,0 +1,216 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Folio objects: geometry, reference counting, the LOCKED/WRITEBACK flags
+ * and sleeping on them. Per-block state lives in blocks.c.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bitmap/bitmap.h"
+#include "base/futex.h"
+#include "folio/folio.h"
+
+int folio_alloc(struct folio **out, uint64_t pos, size_t size,
+		size_t block_size, bool zero)
+{
+	if (!out || !is_pow2(size) || !is_pow2(block_size) ||
+	    block_size < FOLIO_MIN_BLOCK_SIZE ||
+	    block_size > FOLIO_MAX_BLOCK_SIZE || size < block_size ||
+	    size > FOLIO_MAX_SIZE || pos % size || pos >= FOLIO_MAX_POS)
+		return -EINVAL;
+
+	size_t nblocks = size / block_size;
+	size_t words = nblocks > 1 ? BITMAP_WORDS(3 * nblocks) : 0;
+	struct folio *f = malloc(sizeof(*f) + words * sizeof(uint64_t));
+	if (!f)
+		return -ENOMEM;
+	void *data;
+	if (posix_memalign(&data, FOLIO_DATA_ALIGN, size)) {
+		free(f);
+		return -ENOMEM;
+	}
+	if (zero)
+		memset(data, 0, size);
+	atomic_init(&f->flags, 0);
+	atomic_init(&f->refcount, 1);
+	spin_init(&f->state_lock);
+	f->size_shift = (uint8_t)ilog2_u64(size);
+	f->block_shift = (uint8_t)ilog2_u64(block_size);
+	f->nblocks_minus1 = (uint16_t)(nblocks - 1);
+	f->pos = pos;
+	f->data = data;
+	atomic_init(&f->wb_pending, 0);
+	f->mapping = NULL;
+	f->unstable_epoch = 0;
+	f->begin_off = f->begin_len = 0;
+	memset(f->state, 0, words * sizeof(uint64_t));
+	*out = f;
+	return 0;
+}
+
+int folio_new(struct folio **out, uint64_t pos, size_t size, size_t block_size)
+{
+	return folio_alloc(out, pos, size, block_size, true);
+}
+
+struct folio *folio_get(struct folio *f)
+{
+	if (f)
+		atomic_fetch_add_explicit(&f->refcount, 1, memory_order_relaxed);
+	return f;
+}
+
+void folio_put(struct folio *f)
+{
+	if (!f)
+		return;
+	if (atomic_fetch_sub_explicit(&f->refcount, 1, memory_order_acq_rel) !=
+	    1)
+		return;
+	free(f->data);
+	free(f);
+}
+
+void *folio_data(const struct folio *f)
+{
+	return f ? f->data : NULL;
+}
+
+uint64_t folio_pos(const struct folio *f)
+{
+	return f ? f->pos : 0;
+}
+
+size_t folio_size(const struct folio *f)
+{
+	return f ? (size_t)1 << f->size_shift : 0;
+}
+
+size_t folio_block_size(const struct folio *f)
+{
+	return f ? (size_t)1 << f->block_shift : 0;
+}
+
+static bool test_flag(const struct folio *f, unsigned bit)
+{
+	return f && (atomic_load_explicit(&((struct folio *)f)->flags,
+					  memory_order_acquire) & bit);
+}
+
+bool folio_test_uptodate(const struct folio *f)
+{
+	return test_flag(f, FOLIO_F_UPTODATE);
+}
+
+bool folio_test_dirty(const struct folio *f)
+{
+	return test_flag(f, FOLIO_F_DIRTY);
+}
+
+bool folio_test_writeback(const struct folio *f)
+{
+	return test_flag(f, FOLIO_F_WRITEBACK);
+}
+
+bool folio_test_locked(const struct folio *f)
+{
+	return test_flag(f, FOLIO_F_LOCKED);
+}
+
+void folio_clear_flag_wake(struct folio *f, unsigned bit)
+{
+	unsigned old = atomic_fetch_and_explicit(
+		&f->flags, ~(bit | FOLIO_F_WAITERS), memory_order_acq_rel);
+	if (old & FOLIO_F_WAITERS)
+		futex_wake_all(&f->flags);
+}
+
+bool folio_wait_flag_clear_for(struct folio *f, unsigned bit,
+			       const struct timespec *timeout)
+{
+	unsigned v = atomic_load_explicit(&f->flags, memory_order_acquire);
+	while (v & bit) {
+		if (!(v & FOLIO_F_WAITERS)) {
+			if (!atomic_compare_exchange_weak_explicit(
+				    &f->flags, &v, v | FOLIO_F_WAITERS,
+				    memory_order_acq_rel, memory_order_acquire))
+				continue;
+			v |= FOLIO_F_WAITERS;
+		}
+		futex_wait_for(&f->flags, v, timeout);
+		v = atomic_load_explicit(&f->flags, memory_order_acquire);
+		if (timeout)
+			break;
+	}
+	return !(v & bit);
+}
+
+void folio_wait_flag_clear(struct folio *f, unsigned bit)
+{
+	folio_wait_flag_clear_for(f, bit, NULL);
+}
+
+/* Atomically set `bit` if it is clear. */
+static bool try_set_flag(struct folio *f, unsigned bit)
+{
+	unsigned v = atomic_load_explicit(&f->flags, memory_order_relaxed);
+	while (!(v & bit)) {
+		if (atomic_compare_exchange_weak_explicit(
+			    &f->flags, &v, v | bit, memory_order_acquire,
+			    memory_order_relaxed))
+			return true;
+	}
+	return false;
+}
+
+int folio_trylock(struct folio *f)
+{
+	if (!f)
+		return -EINVAL;
+	return try_set_flag(f, FOLIO_F_LOCKED) ? 1 : 0;
+}
+
+int folio_lock(struct folio *f)
+{
+	if (!f)
+		return -EINVAL;
+	while (!try_set_flag(f, FOLIO_F_LOCKED))
+		folio_wait_flag_clear(f, FOLIO_F_LOCKED);
+	return 0;
+}
+
+int folio_unlock(struct folio *f)
+{
+	if (!f)
+		return -EINVAL;
+	if (!test_flag(f, FOLIO_F_LOCKED))
+		return -EPERM;
+	/* A lock write_begin() took ends here whoever releases it. */
+	folio_clear_flag_wake(f, FOLIO_F_LOCKED | FOLIO_F_WRITE_BEGIN);
+	return 0;
+}
+
+int folio_start_writeback(struct folio *f)
+{
+	if (!f)
+		return -EINVAL;
+	return try_set_flag(f, FOLIO_F_WRITEBACK) ? 0 : -EBUSY;
+}
+
+int folio_end_writeback(struct folio *f)
+{
+	if (!f)
+		return -EINVAL;
+	if (!test_flag(f, FOLIO_F_WRITEBACK))
+		return -EPERM;
+	folio_clear_flag_wake(f, FOLIO_F_WRITEBACK);
+	return 0;
+}
+
+int folio_wait_writeback(struct folio *f)
+{
+	if (!f)
+		return -EINVAL;
+	folio_wait_flag_clear(f, FOLIO_F_WRITEBACK);
+	return 0;
+}

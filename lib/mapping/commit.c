@@ -1,0 +1,195 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Flushes and unstable data ("unstable until flushed", as NFS keeps
+ * unstable writes until a COMMIT).
+ *
+ * A write the engine completed is in the backing store but not durable:
+ * its blocks are clean and unstable until a flush that began after the
+ * write completed succeeds. When a flush fails, the engine may have
+ * dropped what it held (fdatasync after a write error drops the pages),
+ * so every unstable block becomes dirty again: the next sync writes it
+ * and flushes again, and no sync returns 0 before that succeeded.
+ *
+ * The mapping's flush epoch orders completions against flushes: a
+ * completion stamps its folio with the epoch it read, and a flush moves
+ * the epoch on before it calls the engine, so blocks stamped with an
+ * older epoch were written before the flush began.
+ *
+ * Flushes of one mapping run one at a time: a flush that fails must have
+ * turned its unstable blocks dirty and recorded its error before any
+ * later flush can succeed and a sync relying on it report success.
+ * Threads that arrive while a flush runs wait for it and share the next
+ * one (a group commit), so concurrent syncs cost few flushes.
+ */
+#include "mapping/mapping.h"
+
+int mapping_commit_init(struct folio_mapping *m)
+{
+	if (pthread_mutex_init(&m->commit.lock, NULL))
+		return -ENOMEM;
+	if (pthread_cond_init(&m->commit.done_cond, NULL)) {
+		pthread_mutex_destroy(&m->commit.lock);
+		return -ENOMEM;
+	}
+	m->commit.running = false;
+	m->commit.started = m->commit.finished = 0;
+	m->commit.resize_pending = false;
+	m->commit.resize_low = m->commit.resize_epoch = 0;
+	return 0;
+}
+
+void mapping_commit_destroy(struct folio_mapping *m)
+{
+	pthread_cond_destroy(&m->commit.done_cond);
+	pthread_mutex_destroy(&m->commit.lock);
+}
+
+void mapping_mark_unstable(struct folio_mapping *m, struct folio *f,
+			   size_t off, size_t len)
+{
+	/* Linux policy: nothing is kept for a flush that might fail. */
+	if (m->flags & FOLIO_MAPPING_DROP_ON_ERROR)
+		return;
+	uint64_t epoch = atomic_load_explicit(&m->flush_epoch,
+					      memory_order_acquire);
+	if (folio_mark_unstable(f, off, len, epoch) & FOLIO_BECAME_UNSTABLE)
+		mapping_tag_set(m, f, INDEX_TAG_UNSTABLE);
+}
+
+static bool has_unstable(const struct folio *f)
+{
+	return folio_test_unstable(f);
+}
+
+/* After a flush that began in `epoch`: release what it covered, or make
+ * everything unstable dirty again when it failed. */
+static void settle_unstable(struct folio_mapping *m, uint64_t epoch,
+			    bool failed)
+{
+	uint64_t key = 0;
+	struct folio *f;
+	while ((f = mapping_next_folio(m, &key, UINT64_MAX,
+				       (int)INDEX_TAG_UNSTABLE))) {
+		if (failed) {
+			if (folio_redirty_unstable(f) & FOLIO_BECAME_DIRTY)
+				mapping_tag_dirty(m, f);
+			mapping_tag_clear_unless(m, f, INDEX_TAG_UNSTABLE,
+						 has_unstable);
+		} else if (!folio_stabilize(f, epoch)) {
+			mapping_tag_clear_unless(m, f, INDEX_TAG_UNSTABLE,
+						 has_unstable);
+		}
+		folio_put(f);
+	}
+}
+
+void mapping_resize_unstable(struct folio_mapping *m, uint64_t size)
+{
+	pthread_mutex_lock(&m->commit.lock);
+	if (!m->commit.resize_pending || size < m->commit.resize_low)
+		m->commit.resize_low = size;
+	m->commit.resize_pending = true;
+	m->commit.resize_epoch = atomic_load(&m->flush_epoch);
+	pthread_mutex_unlock(&m->commit.lock);
+}
+
+/* Whether a resize no successful flush has covered is pending, and the
+ * smallest size it cut to. */
+static bool resize_pending(struct folio_mapping *m, uint64_t *low)
+{
+	pthread_mutex_lock(&m->commit.lock);
+	bool pending = m->commit.resize_pending;
+	*low = m->commit.resize_low;
+	pthread_mutex_unlock(&m->commit.lock);
+	return pending;
+}
+
+static void resize_settled(struct folio_mapping *m, uint64_t epoch)
+{
+	pthread_mutex_lock(&m->commit.lock);
+	if (m->commit.resize_pending && m->commit.resize_epoch <= epoch)
+		m->commit.resize_pending = false;
+	pthread_mutex_unlock(&m->commit.lock);
+}
+
+/*
+ * A failed flush may have lost truncates as well as writes. Redo them
+ * before anything is re-dirtied: cut the object to the smallest size it
+ * was truncated to, then set it to EOF. Every byte above that low mark was
+ * written after the cut, so it is unstable or dirty and the re-dirtying
+ * that follows writes it again; the zeros in between come back from the
+ * cut. No writeback may run meanwhile (it would land before the cut and
+ * be lost with it): io_lock is taken exclusively and writes in flight
+ * drain first. The resize stays pending until a flush covers it.
+ */
+static int redo_resize(struct folio_mapping *m)
+{
+	uint64_t low;
+	if (!resize_pending(m, &low))
+		return 0;
+	brlock_write_lock(&m->io_lock);
+	resize_pending(m, &low); /* a truncate may have run meanwhile */
+	mapping_wait_range_writeback(m, 0, FOLIO_MAX_POS);
+	struct folio_engine *e = m->engine;
+	uint64_t eof = mapping_eof(m);
+	int r = e->ops.truncate(e->ctx, MIN(low, eof));
+	if (!r && low < eof)
+		r = e->ops.truncate(e->ctx, eof);
+	brlock_write_unlock(&m->io_lock);
+	return r > 0 ? -EIO : r;
+}
+
+static int run_flush(struct folio_mapping *m)
+{
+	uint64_t epoch = atomic_fetch_add_explicit(&m->flush_epoch, 1,
+						   memory_order_acq_rel);
+	struct folio_engine *e = m->engine;
+	int r = e->ops.flush(e->ctx);
+	stat_add(&m->stats.flushes, 1);
+	if (r > 0)
+		r = -EIO;
+	if (!r) {
+		resize_settled(m, epoch);
+		settle_unstable(m, epoch, false);
+		return 0;
+	}
+	if (!(m->flags & FOLIO_MAPPING_DROP_ON_ERROR)) {
+		/* When the redo fails the store is in doubt: that error is
+		 * recorded too, and the resize stays pending, so the next
+		 * failing or succeeding flush tries again. */
+		int rr = redo_resize(m);
+		if (rr)
+			errseq_record(m, rr);
+	}
+	settle_unstable(m, epoch, true);
+	errseq_record(m, r);
+	return r;
+}
+
+int mapping_commit(struct folio_mapping *m)
+{
+	int r = 0;
+	pthread_mutex_lock(&m->commit.lock);
+	/* A flush already running may have begun before our writes
+	 * completed: only one that starts from now on covers them. */
+	uint64_t need = m->commit.started + 1;
+	while (m->commit.finished < need) {
+		if (m->commit.running) {
+			pthread_cond_wait(&m->commit.done_cond,
+					  &m->commit.lock);
+			continue;
+		}
+		m->commit.running = true;
+		uint64_t gen = ++m->commit.started;
+		pthread_mutex_unlock(&m->commit.lock);
+		r = run_flush(m);
+		pthread_mutex_lock(&m->commit.lock);
+		m->commit.running = false;
+		m->commit.finished = gen;
+		pthread_cond_broadcast(&m->commit.done_cond);
+	}
+	pthread_mutex_unlock(&m->commit.lock);
+	/* A flush another thread ran for us reports through the error
+	 * sequence, which it updated before it finished. */
+	return r;
+}

@@ -1,0 +1,722 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Radix tree index; see index.h for the layout, tags and locking.
+ *
+ * Slot encoding (low two bits of the word):
+ *   0            empty
+ *   ptr | 00     an entry (insert refuses entries not 4-byte aligned)
+ *   ptr | 01     a child node
+ *   ... | 10     a back-reference inside a multi-slot entry: bits 8..13
+ *                hold the slot of the entry's first slot and bits 2..4 the
+ *                log2 of its slot count, so both the owner and the order
+ *                are known from any slot in one step.
+ * An entry's order follows from the level and, for a multi-slot entry,
+ * the back-reference in the slot after the first.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mapping/index.h"
+
+#define SLOT_NODE 1u
+#define SLOT_SIB 2u
+#define SLOT_KIND 3u
+#define SLOT_MASK (INDEX_NODE_SLOTS - 1u)
+#define ALL_BITS (~UINT64_C(0))
+
+unsigned index_debug_fail_alloc;
+
+static inline bool slot_is_node(uintptr_t v)
+{
+	return (v & SLOT_KIND) == SLOT_NODE;
+}
+
+static inline bool slot_is_sib(uintptr_t v)
+{
+	return (v & SLOT_KIND) == SLOT_SIB;
+}
+
+static inline struct index_node *slot_node(uintptr_t v)
+{
+	return (struct index_node *)(v - SLOT_NODE);
+}
+
+static inline uintptr_t make_node(struct index_node *n)
+{
+	return (uintptr_t)n | SLOT_NODE;
+}
+
+static inline uintptr_t make_sib(unsigned head, unsigned log_n)
+{
+	return ((uintptr_t)head << 8) | ((uintptr_t)log_n << 2) | SLOT_SIB;
+}
+
+static inline unsigned sib_head(uintptr_t v)
+{
+	return (unsigned)(v >> 8) & SLOT_MASK;
+}
+
+static inline unsigned sib_log(uintptr_t v)
+{
+	return (unsigned)(v >> 2) & 7u;
+}
+
+/* n consecutive bits from bit i; entries fill at most 32 slots. */
+static inline uint64_t bits(unsigned i, unsigned n)
+{
+	return ((UINT64_C(1) << n) - 1) << i;
+}
+
+static inline unsigned level_of(unsigned order)
+{
+	return order / INDEX_NODE_SHIFT * INDEX_NODE_SHIFT;
+}
+
+/* Whether key lies past everything a node at `shift` spans. A node at
+ * level 60 spans the whole key space, and shifting by 66 would be
+ * undefined, hence the first test. */
+static inline bool beyond_node(uint64_t key, unsigned shift)
+{
+	return shift + INDEX_NODE_SHIFT < 64 &&
+	       (key >> (shift + INDEX_NODE_SHIFT)) != 0;
+}
+
+static inline unsigned slot_of(uint64_t key, unsigned shift)
+{
+	return (unsigned)(key >> shift) & SLOT_MASK;
+}
+
+/* log2 of the number of slots the entry whose first slot is i fills. */
+static inline unsigned entry_log_slots(const struct index_node *n, unsigned i)
+{
+	if (i + 1 < INDEX_NODE_SLOTS) {
+		uintptr_t next = n->slots[i + 1];
+		if (slot_is_sib(next) && sib_head(next) == i)
+			return sib_log(next);
+	}
+	return 0;
+}
+
+static bool valid_range(uint64_t first, unsigned order)
+{
+	if (order > INDEX_MAX_ORDER)
+		return false;
+	uint64_t span = UINT64_C(1) << order;
+	return (first & (span - 1)) == 0 && first <= UINT64_MAX - span;
+}
+
+static inline uint64_t tag_load(const struct index_node *n, unsigned tag)
+{
+	return atomic_load_explicit(&n->tags[tag], memory_order_acquire);
+}
+
+/*
+ * Clear bits of a tag word under the exclusive lock. No tag_set can run
+ * then, so a load and a store replace the locked RMW (which would cost
+ * ~20 cycles per level on every remove); the word stays an atomic object
+ * because readers load it at other times.
+ */
+static inline void tag_clear_bits(struct index_node *n, unsigned tag,
+				  uint64_t mask)
+{
+	uint64_t w = atomic_load_explicit(&n->tags[tag], memory_order_relaxed);
+	if (w & mask) {
+		w &= ~mask;
+		atomic_store_explicit(&n->tags[tag], w, memory_order_relaxed);
+	}
+}
+
+static struct index_node *node_alloc(void)
+{
+	if (index_debug_fail_alloc && --index_debug_fail_alloc == 0)
+		return NULL;
+	struct index_node *n = malloc(sizeof(*n));
+	if (!n)
+		return NULL;
+	n->present = 0;
+	for (unsigned t = 0; t < INDEX_TAG_COUNT; t++)
+		atomic_init(&n->tags[t], 0);
+	memset(n->slots, 0, sizeof(n->slots));
+	return n;
+}
+
+void index_init(struct index_tree *idx)
+{
+	idx->root = NULL;
+	idx->shift = 0;
+	idx->count = 0;
+	idx->nodes = 0;
+}
+
+static void free_subtree(struct index_node *n)
+{
+	uint64_t m = n->present;
+	while (m) {
+		unsigned i = (unsigned)__builtin_ctzll(m);
+		m &= m - 1;
+		if (slot_is_node(n->slots[i]))
+			free_subtree(slot_node(n->slots[i]));
+	}
+	free(n);
+}
+
+void index_destroy(struct index_tree *idx)
+{
+	if (idx->root)
+		free_subtree(idx->root);
+	index_init(idx);
+}
+
+/*
+ * The path from the root to the node at level `level` on the way to
+ * `key`, recorded so writers can walk back up without parent pointers
+ * (which would cost 8 bytes a node and a store per relink).
+ */
+struct path {
+	struct index_node *node[INDEX_MAX_LEVELS];
+	unsigned slot[INDEX_MAX_LEVELS];
+	unsigned depth; /* node[depth - 1] is the last node reached */
+};
+
+/*
+ * Find the node and first slot of the entry stored at exactly
+ * [first, first + 2^order). Returns the slot, or -1.
+ */
+static int locate_exact(const struct index_tree *idx, uint64_t first,
+			unsigned order, struct path *p)
+{
+	unsigned level = level_of(order);
+	unsigned shift = idx->shift;
+	struct index_node *n = idx->root;
+
+	p->depth = 0;
+	if (!n || shift < level || beyond_node(first, shift))
+		return -1;
+	for (;;) {
+		unsigned i = slot_of(first, shift);
+		uintptr_t v = n->slots[i];
+		p->node[p->depth] = n;
+		p->slot[p->depth] = i;
+		p->depth++;
+		if (shift == level) {
+			if (!v || (v & SLOT_KIND) != 0)
+				return -1;
+			if (shift + entry_log_slots(n, i) != order)
+				return -1;
+			return (int)i;
+		}
+		if (!slot_is_node(v))
+			return -1;
+		n = slot_node(v);
+		shift -= INDEX_NODE_SHIFT;
+	}
+}
+
+/*
+ * After a writer cleared bits or emptied a node at the end of path p,
+ * make the ancestors agree again: free empty nodes bottom-up and clear
+ * parent tag bits whose child word became zero.
+ */
+static void fixup_up(struct index_tree *idx, const struct path *p)
+{
+	for (unsigned d = p->depth; d-- > 1;) {
+		struct index_node *child = p->node[d];
+		struct index_node *parent = p->node[d - 1];
+		uint64_t bit = UINT64_C(1) << p->slot[d - 1];
+		bool changed = false;
+
+		if (!child->present) {
+			free(child);
+			idx->nodes--;
+			parent->slots[p->slot[d - 1]] = 0;
+			parent->present &= ~bit;
+			for (unsigned t = 0; t < INDEX_TAG_COUNT; t++)
+				tag_clear_bits(parent, t, bit);
+			continue;
+		}
+		for (unsigned t = 0; t < INDEX_TAG_COUNT; t++) {
+			uint64_t pw = atomic_load_explicit(&parent->tags[t],
+							   memory_order_relaxed);
+			if ((pw & bit) &&
+			    !atomic_load_explicit(&child->tags[t],
+						  memory_order_relaxed)) {
+				tag_clear_bits(parent, t, bit);
+				changed = true;
+			}
+		}
+		/* Nothing above can change if this level did not. */
+		if (!changed)
+			break;
+	}
+	if (idx->root && !idx->root->present) {
+		free(idx->root);
+		idx->nodes--;
+		idx->root = NULL;
+		idx->shift = 0;
+	}
+	/* Keys are absolute, so only a root whose sole child sits at slot 0
+	 * can be dropped; lowering it keeps lookups as short as the largest
+	 * key allows after a big entry or a high key goes away. */
+	while (idx->root && idx->root->present == 1 &&
+	       slot_is_node(idx->root->slots[0])) {
+		struct index_node *old = idx->root;
+		idx->root = slot_node(old->slots[0]);
+		idx->shift -= INDEX_NODE_SHIFT;
+		free(old);
+		idx->nodes--;
+	}
+}
+
+/*
+ * Count the nodes an insert needs and detect conflicts without changing
+ * anything. `top` is the root level after growth; levels above the
+ * current root exist only virtually, each with the old root chained
+ * at slot 0.
+ */
+static int plan_insert(const struct index_tree *idx, uint64_t first,
+		       unsigned level, unsigned nslots, unsigned top,
+		       unsigned *missing)
+{
+	if (!idx->root) {
+		*missing = (top - level) / INDEX_NODE_SHIFT + 1;
+		return 0;
+	}
+	/* Growth adds every level above the old root, whatever the path. */
+	unsigned grow = (top - idx->shift) / INDEX_NODE_SHIFT;
+	unsigned shift = top;
+	for (; shift > idx->shift; shift -= INDEX_NODE_SHIFT) {
+		unsigned i = slot_of(first, shift);
+		if (shift == level) {
+			/* Slot 0 holds the old root; i is nslots-aligned. */
+			if (i == 0)
+				return -EEXIST;
+			*missing = grow;
+			return 0;
+		}
+		if (i != 0) {
+			*missing = grow + (shift - level) / INDEX_NODE_SHIFT;
+			return 0;
+		}
+	}
+	const struct index_node *n = idx->root;
+	for (;;) {
+		unsigned i = slot_of(first, shift);
+		if (shift == level) {
+			if (n->present & bits(i, nslots))
+				return -EEXIST;
+			*missing = grow;
+			return 0;
+		}
+		uintptr_t v = n->slots[i];
+		if (!v) {
+			*missing = grow + (shift - level) / INDEX_NODE_SHIFT;
+			return 0;
+		}
+		if (!slot_is_node(v))
+			return -EEXIST; /* a larger entry covers the range */
+		n = slot_node(v);
+		shift -= INDEX_NODE_SHIFT;
+	}
+}
+
+int index_insert(struct index_tree *idx, uint64_t first, unsigned order,
+		 void *entry)
+{
+	if (!entry || ((uintptr_t)entry & SLOT_KIND) || !valid_range(first, order))
+		return -EINVAL;
+
+	unsigned level = level_of(order);
+	unsigned log_n = order - level;
+	unsigned nslots = 1u << log_n;
+	uint64_t last = first + ((UINT64_C(1) << order) - 1);
+
+	unsigned top = level;
+	while (beyond_node(last, top))
+		top += INDEX_NODE_SHIFT;
+	if (idx->root && top < idx->shift)
+		top = idx->shift;
+
+	unsigned missing;
+	int err = plan_insert(idx, first, level, nslots, top, &missing);
+	if (err)
+		return err;
+
+	/* At most 2 per level: growth adds the levels above the old root and
+	 * a path that leaves the old root's chain high up needs a node at
+	 * every level below, those of the old root included. */
+	struct index_node *fresh[2 * INDEX_MAX_LEVELS];
+	if (missing > sizeof(fresh) / sizeof(fresh[0]))
+		return -EINVAL; /* cannot happen; keeps the stack safe */
+	for (unsigned k = 0; k < missing; k++) {
+		fresh[k] = node_alloc();
+		if (!fresh[k]) {
+			while (k--)
+				free(fresh[k]);
+			return -ENOMEM;
+		}
+	}
+	idx->nodes += missing;
+	unsigned used = 0;
+
+	if (!idx->root) {
+		idx->root = fresh[used++];
+		idx->shift = top;
+	}
+	while (idx->shift < top) {
+		struct index_node *up = fresh[used++];
+		up->slots[0] = make_node(idx->root);
+		up->present = 1;
+		for (unsigned t = 0; t < INDEX_TAG_COUNT; t++) {
+			if (atomic_load_explicit(&idx->root->tags[t],
+						 memory_order_relaxed))
+				atomic_store_explicit(&up->tags[t], 1,
+						      memory_order_relaxed);
+		}
+		idx->root = up;
+		idx->shift += INDEX_NODE_SHIFT;
+	}
+
+	struct index_node *n = idx->root;
+	unsigned shift = idx->shift;
+	while (shift > level) {
+		unsigned i = slot_of(first, shift);
+		if (!n->slots[i]) {
+			n->slots[i] = make_node(fresh[used++]);
+			n->present |= UINT64_C(1) << i;
+		}
+		n = slot_node(n->slots[i]);
+		shift -= INDEX_NODE_SHIFT;
+	}
+	unsigned i = slot_of(first, shift);
+	n->slots[i] = (uintptr_t)entry;
+	for (unsigned k = 1; k < nslots; k++)
+		n->slots[i + k] = make_sib(i, log_n);
+	n->present |= bits(i, nslots);
+	idx->count++;
+	return 0;
+}
+
+void *index_lookup(const struct index_tree *idx, uint64_t key)
+{
+	const struct index_node *n = idx->root;
+	unsigned shift = idx->shift;
+
+	if (!n || beyond_node(key, shift))
+		return NULL;
+	for (;;) {
+		uintptr_t v = n->slots[slot_of(key, shift)];
+		if (slot_is_node(v)) {
+			n = slot_node(v);
+			shift -= INDEX_NODE_SHIFT;
+			continue;
+		}
+		if (slot_is_sib(v))
+			v = n->slots[sib_head(v)];
+		return (void *)v;
+	}
+}
+
+void *index_remove(struct index_tree *idx, uint64_t first, unsigned order)
+{
+	struct path p;
+
+	if (!valid_range(first, order))
+		return NULL;
+	int i = locate_exact(idx, first, order, &p);
+	if (i < 0)
+		return NULL;
+	struct index_node *n = p.node[p.depth - 1];
+	void *entry = (void *)n->slots[i];
+	unsigned nslots = 1u << (order - level_of(order));
+	uint64_t mask = bits((unsigned)i, nslots);
+
+	for (unsigned k = 0; k < nslots; k++)
+		n->slots[(unsigned)i + k] = 0;
+	n->present &= ~mask;
+	for (unsigned t = 0; t < INDEX_TAG_COUNT; t++)
+		tag_clear_bits(n, t, mask);
+	idx->count--;
+	fixup_up(idx, &p);
+	return entry;
+}
+
+/*
+ * Shared walk of index_find and index_find_tagged. Candidates in a node
+ * come from its presence word, or from its tag word when filtering, so an
+ * untagged subtree costs one bit test. The walk keeps its own stack of
+ * (node, slot) to resume in the parent once a subtree is exhausted; slots
+ * rather than keys are carried so nothing overflows at the top of the key
+ * space.
+ */
+static void *find_common(const struct index_tree *idx, uint64_t *keyp,
+			 uint64_t last, int tag, unsigned *order)
+{
+	struct {
+		const struct index_node *node;
+		uint64_t base;
+		unsigned slot;
+	} stack[INDEX_MAX_LEVELS];
+	unsigned depth = 0;
+	uint64_t key = *keyp;
+	const struct index_node *n = idx->root;
+	unsigned shift = idx->shift;
+	uint64_t base = 0; /* first key of node n */
+	bool on_path = true; /* still descending towards `key` */
+	unsigned i;
+
+	if (!n || key > last || beyond_node(key, shift))
+		return NULL;
+	i = slot_of(key, shift);
+	for (;;) {
+		uint64_t cand = tag < 0 ? n->present
+					: tag_load(n, (unsigned)tag);
+		cand &= ALL_BITS << i;
+		if (cand) {
+			unsigned j = (unsigned)__builtin_ctzll(cand);
+			uint64_t slot_first = base + ((uint64_t)j << shift);
+			uintptr_t v = n->slots[j];
+			if (j != i)
+				on_path = false;
+			/* Slots and subtrees come in key order: once one
+			 * starts past `last`, so does everything after. */
+			if (slot_first > last)
+				return NULL;
+			if (slot_is_node(v)) {
+				stack[depth].node = n;
+				stack[depth].base = base;
+				stack[depth].slot = j;
+				depth++;
+				n = slot_node(v);
+				base = slot_first;
+				shift -= INDEX_NODE_SHIFT;
+				i = on_path ? slot_of(key, shift) : 0;
+				continue;
+			}
+			unsigned head = j;
+			if (slot_is_sib(v)) {
+				/* Only reachable when `key` falls inside a
+				 * multi-slot entry: report the whole entry. */
+				head = sib_head(v);
+				v = n->slots[head];
+			}
+			*keyp = base + ((uint64_t)head << shift);
+			if (order)
+				*order = shift + entry_log_slots(n, head);
+			return (void *)v;
+		}
+		/* Exhausted this node: resume after it in its parent. */
+		on_path = false;
+		do {
+			if (!depth)
+				return NULL;
+			depth--;
+			n = stack[depth].node;
+			base = stack[depth].base;
+			i = stack[depth].slot + 1;
+			shift += INDEX_NODE_SHIFT;
+		} while (i == INDEX_NODE_SLOTS);
+	}
+}
+
+void *index_find(const struct index_tree *idx, uint64_t *key, uint64_t last,
+		 unsigned *order)
+{
+	return find_common(idx, key, last, -1, order);
+}
+
+void *index_find_tagged(const struct index_tree *idx, uint64_t *key,
+			uint64_t last, unsigned tag, unsigned *order)
+{
+	if (tag >= INDEX_TAG_COUNT)
+		return NULL;
+	return find_common(idx, key, last, (int)tag, order);
+}
+
+int index_tag_set(struct index_tree *idx, uint64_t first, unsigned order,
+		  unsigned tag)
+{
+	struct path p;
+
+	if (tag >= INDEX_TAG_COUNT || !valid_range(first, order))
+		return -EINVAL;
+	int i = locate_exact(idx, first, order, &p);
+	if (i < 0)
+		return -ENOENT;
+	/* Top-down, so a set bit always has its ancestors set (see index.h).
+	 * A plain load first keeps hot upper words shared in caches when
+	 * they are already set, which is the common case. */
+	for (unsigned d = 0; d + 1 < p.depth; d++) {
+		_Atomic uint64_t *w = &p.node[d]->tags[tag];
+		uint64_t bit = UINT64_C(1) << p.slot[d];
+		if (!(atomic_load_explicit(w, memory_order_relaxed) & bit))
+			atomic_fetch_or_explicit(w, bit, memory_order_relaxed);
+	}
+	struct index_node *n = p.node[p.depth - 1];
+	uint64_t mask = bits((unsigned)i, 1u << (order - level_of(order)));
+	/* Always an RMW here, even if already set: the release is what
+	 * orders this caller's earlier writes before a finder's acquire. */
+	atomic_fetch_or_explicit(&n->tags[tag], mask, memory_order_release);
+	return 0;
+}
+
+int index_tag_clear(struct index_tree *idx, uint64_t first, unsigned order,
+		    unsigned tag)
+{
+	struct path p;
+
+	if (tag >= INDEX_TAG_COUNT || !valid_range(first, order))
+		return -EINVAL;
+	int i = locate_exact(idx, first, order, &p);
+	if (i < 0)
+		return -ENOENT;
+	struct index_node *n = p.node[p.depth - 1];
+	uint64_t mask = bits((unsigned)i, 1u << (order - level_of(order)));
+	if (!(atomic_load_explicit(&n->tags[tag], memory_order_relaxed) & mask))
+		return 0; /* not tagged: nothing above changes either */
+	tag_clear_bits(n, tag, mask);
+	fixup_up(idx, &p);
+	return 0;
+}
+
+bool index_tag_get(const struct index_tree *idx, uint64_t key, unsigned tag)
+{
+	const struct index_node *n = idx->root;
+	unsigned shift = idx->shift;
+
+	if (!n || tag >= INDEX_TAG_COUNT || beyond_node(key, shift))
+		return false;
+	for (;;) {
+		unsigned i = slot_of(key, shift);
+		uintptr_t v = n->slots[i];
+		if (slot_is_node(v)) {
+			/* A clear bit here settles it without descending. */
+			if (!(tag_load(n, tag) & (UINT64_C(1) << i)))
+				return false;
+			n = slot_node(v);
+			shift -= INDEX_NODE_SHIFT;
+			continue;
+		}
+		return v && (tag_load(n, tag) & (UINT64_C(1) << i));
+	}
+}
+
+bool index_any_tagged(const struct index_tree *idx, unsigned tag)
+{
+	return idx->root && tag < INDEX_TAG_COUNT && tag_load(idx->root, tag);
+}
+
+size_t index_count(const struct index_tree *idx)
+{
+	return idx->count;
+}
+
+size_t index_node_count(const struct index_tree *idx)
+{
+	return idx->nodes;
+}
+
+/* ---- verification ----------------------------------------------------- */
+
+struct verify_acc {
+	size_t entries;
+	size_t nodes;
+};
+
+#define VFAIL() (-__LINE__)
+
+static int verify_node(const struct index_node *n, unsigned shift,
+		       bool is_root, struct verify_acc *acc)
+{
+	acc->nodes++;
+	if (!n->present)
+		return VFAIL();
+	for (unsigned t = 0; t < INDEX_TAG_COUNT; t++) {
+		if (atomic_load_explicit(&n->tags[t], memory_order_relaxed) &
+		    ~n->present)
+			return VFAIL();
+	}
+	for (unsigned i = 0; i < INDEX_NODE_SLOTS; i++) {
+		uintptr_t v = n->slots[i];
+		bool p = (n->present >> i) & 1;
+		if (!v != !p)
+			return VFAIL();
+		if (!v)
+			continue;
+		if (slot_is_node(v)) {
+			if (shift == 0)
+				return VFAIL();
+			const struct index_node *c = slot_node(v);
+			int err = verify_node(c, shift - INDEX_NODE_SHIFT,
+					      false, acc);
+			if (err)
+				return err;
+			for (unsigned t = 0; t < INDEX_TAG_COUNT; t++) {
+				bool child = atomic_load_explicit(
+					&c->tags[t], memory_order_relaxed) != 0;
+				bool mine = (atomic_load_explicit(
+					&n->tags[t], memory_order_relaxed) >> i) & 1;
+				if (child != mine)
+					return VFAIL();
+			}
+			continue;
+		}
+		if (slot_is_sib(v)) {
+			unsigned h = sib_head(v), ln = sib_log(v);
+			if (h >= i || i >= h + (1u << ln))
+				return VFAIL();
+			uintptr_t hv = n->slots[h];
+			if (v != make_sib(h, ln) || !hv || (hv & SLOT_KIND))
+				return VFAIL();
+			continue;
+		}
+		if (v & SLOT_KIND)
+			return VFAIL();
+		/* An entry head: its back-references must follow, fill
+		 * exactly 2^log slots, and share its tags. */
+		unsigned ln = entry_log_slots(n, i);
+		unsigned cnt = 1u << ln;
+		if (ln > 5 || (i & (cnt - 1)) || i + cnt > INDEX_NODE_SLOTS)
+			return VFAIL();
+		for (unsigned k = 1; k < cnt; k++) {
+			if (n->slots[i + k] != make_sib(i, ln))
+				return VFAIL();
+		}
+		if (i + cnt < INDEX_NODE_SLOTS &&
+		    slot_is_sib(n->slots[i + cnt]) &&
+		    sib_head(n->slots[i + cnt]) == i)
+			return VFAIL();
+		if (shift + ln > INDEX_MAX_ORDER)
+			return VFAIL();
+		for (unsigned t = 0; t < INDEX_TAG_COUNT; t++) {
+			uint64_t w = atomic_load_explicit(&n->tags[t],
+							  memory_order_relaxed);
+			uint64_t m = bits(i, cnt);
+			if ((w & m) != 0 && (w & m) != m)
+				return VFAIL();
+		}
+		acc->entries++;
+	}
+	if (is_root && n->present == 1 && slot_is_node(n->slots[0]))
+		return VFAIL();
+	return 0;
+}
+
+int index_verify(const struct index_tree *idx)
+{
+	struct verify_acc acc = { 0, 0 };
+
+	if (!idx->root) {
+		if (idx->count || idx->nodes || idx->shift)
+			return VFAIL();
+		return 0;
+	}
+	if (idx->shift % INDEX_NODE_SHIFT || idx->shift > 60)
+		return VFAIL();
+	int err = verify_node(idx->root, idx->shift, true, &acc);
+	if (err)
+		return err;
+	if (acc.entries != idx->count || acc.nodes != idx->nodes)
+		return VFAIL();
+	return 0;
+}

@@ -1,0 +1,180 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Ordered index of entries keyed by uint64_t: a radix tree with 64-way
+ * nodes and per-node tag bits. The mapping keys folios by
+ * (pos >> min_folio_shift); a folio of size S covers S >> min_folio_shift
+ * consecutive keys, so every entry covers a naturally aligned power-of-two
+ * range [first, first + 2^order).
+ *
+ * Layout. A node holds 64 slots; a node at level `shift` has slots that
+ * each cover 2^shift keys (shift is a multiple of 6). An entry of order o
+ * lives in the highest level whose slot span fits, shift = 6 * (o / 6),
+ * where it fills 2^(o - shift) consecutive slots (1..32) of one node: the
+ * first holds the entry, the others point back to it. A lookup of any key
+ * the entry covers therefore stops at that level: at most 11 steps for
+ * 64-bit keys, 4 for keys below 2^24, 9 for keys below 2^54 (file
+ * positions up to 2^62 with 512-byte blocks).
+ *
+ * Tags. Each node has, per tag, a 64-bit word with bit i set when slot i
+ * holds a tagged entry (every slot of a multi-slot entry carries the bit)
+ * or a child with any tagged entry. find_tagged() skips a whole subtree on
+ * a clear bit, so a pass costs in proportion to the tagged entries, not
+ * to all entries.
+ *
+ * Memory: a node is INDEX_NODE_BYTES = 536 bytes on LP64 (64 slot
+ * pointers, a presence word, two tag words; the level is implied by the
+ * depth, never stored). Dense single-key entries fill leaves completely:
+ * 10^6 of them take 15,875 nodes = 8.5 MB, about 8.5 bytes per entry.
+ * Sparse keys cost more: a lone key costs a chain of nodes down to the
+ * leaf.
+ *
+ * Locking (the mapping wraps every call in a pthread rwlock):
+ *  - readers, which may run concurrently with each other: index_lookup,
+ *    index_find, index_find_tagged, index_tag_get, index_any_tagged,
+ *    index_count, index_node_count, and also index_tag_set;
+ *  - writers, which need exclusive access: index_insert, index_remove,
+ *    index_tag_clear, index_init, index_destroy.
+ * Slot pointers are plain memory (only exclusive writers change them); tag
+ * words are atomics because index_tag_set changes them under the read
+ * lock. See index_tag_set() for the memory ordering.
+ */
+#ifndef FOLIO_INDEX_H
+#define FOLIO_INDEX_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define INDEX_TAG_DIRTY 0u
+#define INDEX_TAG_WRITEBACK 1u
+#define INDEX_TAG_UNSTABLE 2u
+#define INDEX_TAG_COUNT 3u
+
+/* Largest entry: 2^20 keys (a 512 MiB folio at a 512-byte min size). */
+#define INDEX_MAX_ORDER 20u
+
+#define INDEX_NODE_SHIFT 6u
+#define INDEX_NODE_SLOTS (1u << INDEX_NODE_SHIFT)
+/* Levels a 64-bit key needs: shifts 0, 6, ..., 60. */
+#define INDEX_MAX_LEVELS 11u
+
+struct index_node {
+	uint64_t present; /* bit i: slot i is not empty */
+	_Atomic uint64_t tags[INDEX_TAG_COUNT];
+	/* Encoded: entry pointer, node pointer | 1, or a back-reference to
+	 * the first slot of a multi-slot entry (see index.c). */
+	uintptr_t slots[INDEX_NODE_SLOTS];
+};
+
+#define INDEX_NODE_BYTES sizeof(struct index_node)
+
+/* Embeddable; all-zero is not a valid state: call index_init(). */
+struct index_tree {
+	struct index_node *root; /* NULL when empty */
+	unsigned shift;          /* level of the root node */
+	size_t count;            /* entries */
+	size_t nodes;            /* nodes allocated */
+};
+
+/* Prepare an empty index. Exclusive. */
+void index_init(struct index_tree *idx);
+
+/* Free every node; the entries belong to the caller and are not touched.
+ * The index is empty (and reusable) afterwards. Exclusive. */
+void index_destroy(struct index_tree *idx);
+
+/*
+ * Store `entry` over keys [first, first + 2^order). Exclusive.
+ * Returns 0; -EINVAL if order > INDEX_MAX_ORDER, first is not a multiple
+ * of 2^order, first + 2^order does not fit in 64 bits (so the key
+ * UINT64_MAX is never covered, and `first + (1 << order)` never wraps in an
+ * iteration), or entry is NULL or not 4-byte aligned; -EEXIST if any key
+ * of the range is already covered; -ENOMEM. On error nothing changed: all
+ * nodes are allocated before any is linked.
+ */
+int index_insert(struct index_tree *idx, uint64_t first, unsigned order,
+		 void *entry);
+
+/* The entry covering `key`, or NULL. Reader. */
+void *index_lookup(const struct index_tree *idx, uint64_t key);
+
+/*
+ * Remove the entry stored at exactly [first, first + 2^order) and return
+ * it; NULL (nothing changed) if no entry has that exact range, including
+ * when a larger entry covers it or a smaller one starts there. Clears the
+ * entry's tags, frees nodes left empty, and lowers the tree when the root
+ * keeps a single child at slot 0. Exclusive.
+ */
+void *index_remove(struct index_tree *idx, uint64_t first, unsigned order);
+
+/*
+ * The first entry, in key order, covering any key of [*key, last]. Sets
+ * *key to the entry's first key (below the input when the entry covers
+ * the input key) and, when order is not NULL, *order to its order.
+ * Returns NULL, with *key and *order unchanged, if there is none.
+ * Iterate with `*key = found_first + ((uint64_t)1 << order)`, which never
+ * wraps, until it exceeds last or NULL comes back. Reader.
+ */
+void *index_find(const struct index_tree *idx, uint64_t *key, uint64_t last,
+		 unsigned *order);
+
+/*
+ * index_find() restricted to entries carrying `tag`. Subtrees whose tag
+ * bit is clear are skipped without being visited. NULL for tag >=
+ * INDEX_TAG_COUNT. Reader; an entry tagged concurrently may or may not be
+ * seen, one tagged before the call (in happens-before order) is seen.
+ */
+void *index_find_tagged(const struct index_tree *idx, uint64_t *key,
+			uint64_t last, unsigned tag, unsigned *order);
+
+/*
+ * Set `tag` on the entry stored at exactly [first, first + 2^order).
+ * Returns 0, -ENOENT if there is no such entry, -EINVAL for a bad tag or
+ * range. Runs as a reader: concurrent with lookups, finds and other
+ * tag_set calls (tag words change only with atomic fetch_or), but not
+ * with insert, remove or tag_clear.
+ *
+ * Ordering: bits are set from the root down, so at every instant a set
+ * bit in a node has its ancestors' bits set and a concurrent find_tagged
+ * never misses a tag that was completely set before it started. The bit of
+ * the entry itself is set with a release RMW and read with acquire loads,
+ * so a thread that finds the entry through its tag also sees what the
+ * tagging thread wrote before index_tag_set() (e.g. a folio's dirty bits).
+ * Free on x86; one ordered load per level elsewhere.
+ */
+int index_tag_set(struct index_tree *idx, uint64_t first, unsigned order,
+		  unsigned tag);
+
+/* Clear `tag` on the entry stored at exactly [first, first + 2^order),
+ * clearing ancestors' bits that no longer cover anything tagged. Same
+ * returns as index_tag_set(). Exclusive. */
+int index_tag_clear(struct index_tree *idx, uint64_t first, unsigned order,
+		    unsigned tag);
+
+/* Whether the entry covering `key` carries `tag` (false if none). Reader. */
+bool index_tag_get(const struct index_tree *idx, uint64_t key, unsigned tag);
+
+/* Whether any entry carries `tag`: one load. May read true for an instant
+ * while a concurrent index_tag_set() is halfway down the tree. Reader. */
+bool index_any_tagged(const struct index_tree *idx, unsigned tag);
+
+/* Number of entries. Reader. */
+size_t index_count(const struct index_tree *idx);
+
+/* Number of nodes (memory = nodes * INDEX_NODE_BYTES). Reader. */
+size_t index_node_count(const struct index_tree *idx);
+
+/*
+ * Check every structural invariant (presence words match slots, tags only
+ * on occupied slots, parent tag bits exactly summarise children, no empty
+ * non-root node, a root that cannot be lowered, entry and node counts).
+ * Returns 0 or a negative line-specific code; for tests. Exclusive.
+ */
+int index_verify(const struct index_tree *idx);
+
+/* Test hook: when > 0, the n-th node allocation from now fails (and the
+ * counter stops). Not thread-safe; only single-threaded tests set it. */
+extern unsigned index_debug_fail_alloc;
+
+#endif

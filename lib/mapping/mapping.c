@@ -1,0 +1,422 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Mapping life cycle, folio lookup and creation, index tags, statistics.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mapping/mapping.h"
+
+#define DEFAULT_BLOCK_SIZE 4096u
+#define KNOWN_FLAGS \
+	(FOLIO_MAPPING_STABLE_WRITES | FOLIO_MAPPING_DROP_ON_ERROR | \
+	 FOLIO_MAPPING_FOLIO_DIRTY)
+
+/* Mapping ids are never reused, so a thread's cached folio pointer can
+ * never be mistaken for one of a later mapping at the same address. */
+static _Atomic uint64_t next_mapping_id = 1;
+
+/* Fields a caller's options struct must have (everything up to engine). */
+#define OPTS_MIN_SZ \
+	(offsetof(struct folio_mapping_opts, engine) + sizeof(void *))
+
+static bool size_ok(size_t v, size_t lo, size_t hi)
+{
+	return is_pow2(v) && v >= lo && v <= hi;
+}
+
+int folio_mapping_new(struct folio_mapping **out,
+		      const struct folio_mapping_opts *opts)
+{
+	if (!out || !opts)
+		return -EINVAL;
+	int r = sized_check(opts, opts->sz, OPTS_MIN_SZ, sizeof(*opts));
+	if (r)
+		return r;
+	if (!opts->engine)
+		return -EINVAL;
+	size_t bs = opts->block_size ? opts->block_size : DEFAULT_BLOCK_SIZE;
+	size_t min = opts->min_folio_size ? opts->min_folio_size : bs;
+	size_t max = opts->max_folio_size ? opts->max_folio_size
+					  : FOLIO_MAX_SIZE;
+	if (!size_ok(bs, FOLIO_MIN_BLOCK_SIZE, FOLIO_MAX_BLOCK_SIZE) ||
+	    !size_ok(min, bs, FOLIO_MAX_SIZE) ||
+	    !size_ok(max, min, FOLIO_MAX_SIZE) ||
+	    opts->size > FOLIO_MAX_POS || (opts->flags & ~KNOWN_FLAGS))
+		return -EINVAL;
+
+	/* The io_lock stripes are cache-line aligned, so the mapping is. */
+	size_t bytes = (sizeof(struct folio_mapping) + BRLOCK_LINE - 1) &
+		       ~(size_t)(BRLOCK_LINE - 1);
+	struct folio_mapping *m = aligned_alloc(BRLOCK_LINE, bytes);
+	if (!m)
+		return -ENOMEM;
+	memset(m, 0, sizeof(*m));
+	if (brlock_init(&m->io_lock)) {
+		free(m);
+		return -ENOMEM;
+	}
+	if (pthread_rwlock_init(&m->index_lock, NULL)) {
+		brlock_destroy(&m->io_lock);
+		free(m);
+		return -ENOMEM;
+	}
+	if (mapping_commit_init(m)) {
+		pthread_rwlock_destroy(&m->index_lock);
+		brlock_destroy(&m->io_lock);
+		free(m);
+		return -ENOMEM;
+	}
+	index_init(&m->index);
+	m->engine = opts->engine;
+	m->block_shift = ilog2_u64(bs);
+	m->min_shift = ilog2_u64(min);
+	m->max_shift = ilog2_u64(max);
+	m->flags = opts->flags;
+	atomic_init(&m->size, opts->size);
+	atomic_init(&m->backing_size, opts->size);
+	atomic_init(&m->flush_epoch, 1);
+	m->id = atomic_fetch_add(&next_mapping_id, 1);
+	atomic_init(&m->remove_gen, 0);
+	atomic_fetch_add(&opts->engine->users, 1);
+	*out = m;
+	return 0;
+}
+
+/* Does any folio still hold data the store may lack (dirty, or written
+ * but not flushed), or I/O, or a write_begin() without its write_end()? */
+static bool mapping_busy(struct folio_mapping *m)
+{
+	if (atomic_load(&m->wb_inflight))
+		return true;
+	bool busy = false;
+	pthread_rwlock_rdlock(&m->index_lock);
+	uint64_t key = 0;
+	unsigned order;
+	struct folio *f;
+	while (!busy && (f = index_find(&m->index, &key, UINT64_MAX, &order))) {
+		busy = folio_test_busy(f);
+		key += UINT64_C(1) << order;
+		if (!key)
+			break;
+	}
+	pthread_rwlock_unlock(&m->index_lock);
+	return busy;
+}
+
+int folio_mapping_free(struct folio_mapping *m)
+{
+	if (!m)
+		return 0;
+	brlock_write_lock(&m->io_lock);
+	if (mapping_busy(m)) {
+		brlock_write_unlock(&m->io_lock);
+		return -EBUSY;
+	}
+	uint64_t key = 0;
+	unsigned order;
+	struct folio *f;
+	while ((f = index_find(&m->index, &key, UINT64_MAX, &order))) {
+		index_remove(&m->index, key, order);
+		f->mapping = NULL;
+		folio_put(f);
+	}
+	index_destroy(&m->index);
+	brlock_write_unlock(&m->io_lock);
+	brlock_destroy(&m->io_lock);
+	pthread_rwlock_destroy(&m->index_lock);
+	mapping_commit_destroy(m);
+	atomic_fetch_sub(&m->engine->users, 1);
+	free(m);
+	return 0;
+}
+
+int64_t folio_mapping_size(const struct folio_mapping *m)
+{
+	if (!m)
+		return -EINVAL;
+	return (int64_t)atomic_load(&((struct folio_mapping *)m)->size);
+}
+
+void mapping_grow_eof(struct folio_mapping *m, uint64_t end)
+{
+	uint64_t cur = atomic_load_explicit(&m->size, memory_order_relaxed);
+	while (cur < end &&
+	       !atomic_compare_exchange_weak_explicit(&m->size, &cur, end,
+						      memory_order_release,
+						      memory_order_relaxed))
+		;
+}
+
+struct folio *mapping_lookup(struct folio_mapping *m, uint64_t pos)
+{
+	pthread_rwlock_rdlock(&m->index_lock);
+	struct folio *f = index_lookup(&m->index, mapping_key(m, pos));
+	folio_get(f);
+	pthread_rwlock_unlock(&m->index_lock);
+	return f;
+}
+
+int folio_mapping_lookup(struct folio_mapping *m, uint64_t pos,
+			 struct folio **folio)
+{
+	if (!m || !folio)
+		return -EINVAL;
+	if (pos >= FOLIO_MAX_POS)
+		return -ENOENT;
+	struct folio *f = mapping_lookup(m, pos);
+	if (!f)
+		return -ENOENT;
+	*folio = f;
+	return 0;
+}
+
+/* Largest power of two <= x (x > 0). */
+static uint64_t pow2_floor(uint64_t x)
+{
+	return UINT64_C(1) << ilog2_u64(x);
+}
+
+/*
+ * Insert a new folio holding pos. It starts at pos rounded down to the
+ * min folio size, and its size is the largest power of two that the
+ * remaining length, that start's alignment and the max folio size allow;
+ * it halves while it would overlap a neighbour. Caller holds index_lock
+ * exclusively and has checked that no folio holds pos, so the min size
+ * always fits.
+ */
+static struct folio *create_folio(struct folio_mapping *m, uint64_t pos,
+				  size_t len_hint, int *err)
+{
+	size_t min = (size_t)1 << m->min_shift;
+	uint64_t start = pos & ~(uint64_t)(min - 1);
+	uint64_t want = pos - start + (len_hint ? len_hint : 1);
+	uint64_t size = MIN(pow2_floor(MAX(want, min)),
+			    (uint64_t)1 << m->max_shift);
+	if (start)
+		size = MIN(size, start & -start); /* start's alignment */
+	/* Never run past the largest position. */
+	while (size > min && start + size > FOLIO_MAX_POS)
+		size >>= 1;
+
+	for (;; size >>= 1) {
+		struct folio *f;
+		int r = folio_alloc(&f, start, (size_t)size,
+				    (size_t)1 << m->block_shift, false);
+		if (r) {
+			*err = r;
+			return NULL;
+		}
+		f->mapping = m;
+		r = index_insert(&m->index, mapping_key(m, start),
+				 (unsigned)(ilog2_u64(size) - m->min_shift),
+				 f);
+		if (!r)
+			return f;
+		f->mapping = NULL;
+		folio_put(f);
+		if (r != -EEXIST || size == min) {
+			*err = r == -EEXIST ? -EIO : r;
+			return NULL;
+		}
+	}
+}
+
+/* The last folio this thread found, and which mapping generation it
+ * belongs to. Only compared and used under the owner's io_lock. */
+static _Thread_local struct {
+	uint64_t id, gen;
+	struct folio *folio;
+} folio_hint TLS_FAST;
+
+struct folio *mapping_find_or_create_folio(struct folio_mapping *m,
+					   uint64_t pos, size_t len_hint,
+					   int *err)
+{
+	uint64_t gen = atomic_load_explicit(&m->remove_gen,
+					    memory_order_relaxed);
+	struct folio *f = folio_hint.folio;
+	if (folio_hint.id == m->id && folio_hint.gen == gen && f &&
+	    pos - f->pos < ((uint64_t)1 << f->size_shift))
+		return f;
+
+	pthread_rwlock_rdlock(&m->index_lock);
+	f = index_lookup(&m->index, mapping_key(m, pos));
+	pthread_rwlock_unlock(&m->index_lock);
+	if (!f) {
+		pthread_rwlock_wrlock(&m->index_lock);
+		/* Someone may have created it while we were unlocked. */
+		f = index_lookup(&m->index, mapping_key(m, pos));
+		if (!f)
+			f = create_folio(m, pos, len_hint, err);
+		pthread_rwlock_unlock(&m->index_lock);
+		if (!f)
+			return NULL;
+	}
+	folio_hint.id = m->id;
+	folio_hint.gen = gen;
+	folio_hint.folio = f;
+	return f;
+}
+
+struct folio *mapping_next_folio(struct folio_mapping *m, uint64_t *key,
+				 uint64_t last, int tag)
+{
+	/* The key wrapped past the top of the key space: nothing after. */
+	if (*key > last || *key == UINT64_MAX)
+		return NULL;
+	unsigned order;
+	pthread_rwlock_rdlock(&m->index_lock);
+	struct folio *f =
+		tag == INDEX_NO_TAG
+			? index_find(&m->index, key, last, &order)
+			: index_find_tagged(&m->index, key, last,
+					    (unsigned)tag, &order);
+	folio_get(f);
+	pthread_rwlock_unlock(&m->index_lock);
+	if (f) {
+		uint64_t next = *key + (UINT64_C(1) << order);
+		*key = next > *key ? next : UINT64_MAX;
+	}
+	return f;
+}
+
+/* Caller holds index_lock. REMOVED changes under the exclusive side, so
+ * a folio seen in the index here is the one at its key: a tag change
+ * never reaches a newer folio that took a removed one's place (completions
+ * and flushes hold only a reference, not io_lock). */
+static bool still_indexed(const struct folio *f)
+{
+	return !folio_test_removed(f);
+}
+
+void mapping_tag_set(struct folio_mapping *m, struct folio *f, unsigned tag)
+{
+	pthread_rwlock_rdlock(&m->index_lock);
+	if (still_indexed(f))
+		index_tag_set(&m->index, mapping_key(m, f->pos),
+			      folio_order_in(m, f), tag);
+	pthread_rwlock_unlock(&m->index_lock);
+}
+
+void mapping_tag_clear_unless(struct folio_mapping *m, struct folio *f,
+			      unsigned tag, bool (*still)(const struct folio *))
+{
+	pthread_rwlock_wrlock(&m->index_lock);
+	/* A folio that left the index has no tags to clear. */
+	if (still_indexed(f) && (!still || !still(f)))
+		index_tag_clear(&m->index, mapping_key(m, f->pos),
+				folio_order_in(m, f), tag);
+	pthread_rwlock_unlock(&m->index_lock);
+}
+
+void mapping_tag_dirty(struct folio_mapping *m, struct folio *f)
+{
+	mapping_tag_set(m, f, INDEX_TAG_DIRTY);
+}
+
+void mapping_remove_folio(struct folio_mapping *m, struct folio *f)
+{
+	atomic_fetch_add_explicit(&m->remove_gen, 1, memory_order_relaxed);
+	pthread_rwlock_wrlock(&m->index_lock);
+	folio_mark_removed(f);
+	index_remove(&m->index, mapping_key(m, f->pos), folio_order_in(m, f));
+	pthread_rwlock_unlock(&m->index_lock);
+	f->mapping = NULL;
+	folio_put(f);
+}
+
+static bool writeback_done(void *arg)
+{
+	return !folio_test_writeback(arg);
+}
+
+static void writeback_sleep(void *arg, const struct timespec *t)
+{
+	folio_wait_writeback_for(arg, t);
+}
+
+int mapping_wait_writeback(struct folio_mapping *m, struct folio *f)
+{
+	return engine_wait_until(m->engine, writeback_done, writeback_sleep,
+				 f);
+}
+
+int mapping_wait_range_writeback(struct folio_mapping *m, uint64_t start,
+				 uint64_t end)
+{
+	if (start >= end)
+		return 0;
+	uint64_t key = mapping_key(m, start);
+	uint64_t last = mapping_key(m, end - 1);
+	struct folio *f;
+	int err = 0;
+	while ((f = mapping_next_folio(m, &key, last, INDEX_TAG_WRITEBACK))) {
+		int r = mapping_wait_writeback(m, f);
+		if (!err)
+			err = r;
+		folio_put(f);
+	}
+	return err;
+}
+
+void mapping_zero_past_eof(struct folio_mapping *m, struct folio *f,
+			   size_t off, size_t len, uint64_t eof)
+{
+	(void)m;
+	uint64_t start = f->pos + off, end = start + len;
+	if (end <= eof)
+		return;
+	uint64_t from = MAX(start, eof);
+	memset(f->data + (from - f->pos), 0, (size_t)(end - from));
+}
+
+int folio_mapping_stats(struct folio_mapping *m,
+			struct folio_mapping_stats *st)
+{
+	if (!m || !st)
+		return -EINVAL;
+	int r = sized_check(st, st->sz, sizeof(size_t), sizeof(*st));
+	if (r)
+		return r;
+	struct folio_mapping_stats s;
+	memset(&s, 0, sizeof(s));
+	s.sz = st->sz;
+#define LOAD(field) s.field = atomic_load(&m->stats.field)
+	for (unsigned i = 0; i < BRLOCK_STRIPES; i++) {
+		s.bytes_written += atomic_load(&m->io_bytes[i].written);
+		s.bytes_read += atomic_load(&m->io_bytes[i].read);
+	}
+	LOAD(read_requests);
+	LOAD(read_bytes);
+	LOAD(wb_requests);
+	LOAD(wb_bytes);
+	LOAD(wb_merges);
+	LOAD(map_calls);
+	LOAD(retries);
+	LOAD(errors);
+	LOAD(flushes);
+#undef LOAD
+	pthread_rwlock_rdlock(&m->index_lock);
+	uint64_t key = 0;
+	unsigned order;
+	struct folio *f;
+	while ((f = index_find(&m->index, &key, UINT64_MAX, &order))) {
+		size_t up, dirty, unstable;
+		folio_count_blocks(f, &up, &dirty, &unstable);
+		s.cached_bytes += (uint64_t)up << f->block_shift;
+		s.dirty_bytes += (uint64_t)dirty << f->block_shift;
+		s.unstable_bytes += (uint64_t)unstable << f->block_shift;
+		s.folios++;
+		unsigned shift = f->size_shift - 9;
+		if (shift < FOLIO_STATS_SHIFTS)
+			s.folios_by_shift[shift]++;
+		key += UINT64_C(1) << order;
+		if (!key)
+			break;
+	}
+	pthread_rwlock_unlock(&m->index_lock);
+	memcpy(st, &s, MIN(st->sz, sizeof(s)));
+	st->sz = s.sz;
+	return 0;
+}

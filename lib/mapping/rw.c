@@ -1,0 +1,422 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Buffered read and write, and the zero-copy write_begin/write_end pair.
+ */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mapping/mapping.h"
+
+/* Folios one read locks and fills at once: bounds the folio array on the
+ * stack while letting a large read become a few big engine requests. */
+#define READ_BATCH 64
+
+static void read_end_io(struct engine_io *rq, ssize_t result)
+{
+	struct mapping_io *io = container_of(rq, struct mapping_io, base);
+	int err = 0;
+	if (result < 0)
+		err = (int)result;
+	else if ((size_t)result != io->base.io.len)
+		err = -EIO; /* engines zero-fill past EOF: short is broken */
+	io->result = err ? err : result;
+	if (err) {
+		stat_add(&io->m->stats.errors, 1);
+	} else {
+		stat_add(&io->m->stats.read_requests, 1);
+		stat_add(&io->m->stats.read_bytes, (uint64_t)result);
+	}
+	io_group_done(io->group, err);
+}
+
+/* One piece of folio a finished read filled. */
+struct read_piece {
+	struct folio *folio;
+	size_t off, len;
+};
+
+static int piece_order(const void *a, const void *b)
+{
+	const struct read_piece *x = a, *y = b;
+	if (x->folio->pos != y->folio->pos)
+		return x->folio->pos < y->folio->pos ? -1 : 1;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/*
+ * Some request of the batch failed. A block may have been read in several
+ * pieces (map() extents smaller than a block, or a run cut short by a map
+ * error), so a piece that succeeded proves nothing about the rest of its
+ * block: mark only the blocks that successful pieces cover wholly. Every
+ * run a read queues starts and ends on block boundaries, so with no
+ * failure this marks exactly what was read.
+ */
+static void mark_read_blocks(struct mapping_io *list)
+{
+	size_t n = 0;
+	for (struct mapping_io *io = list; io; io = io->next)
+		if (io->result >= 0)
+			n += io->nsegs;
+	if (!n)
+		return;
+	struct read_piece *p = malloc(n * sizeof(*p));
+	if (!p)
+		return; /* marking nothing only costs a later re-read */
+	size_t k = 0;
+	for (struct mapping_io *io = list; io; io = io->next)
+		for (unsigned i = 0; io->result >= 0 && i < io->nsegs; i++)
+			p[k++] = (struct read_piece){io->segs[i].folio,
+						     io->segs[i].off,
+						     io->segs[i].len};
+	qsort(p, n, sizeof(*p), piece_order);
+	for (size_t i = 0; i < n;) {
+		struct read_piece run = p[i++];
+		while (i < n && p[i].folio == run.folio &&
+		       p[i].off == run.off + run.len)
+			run.len += p[i++].len;
+		size_t mask = folio_block_size(run.folio) - 1;
+		size_t a = (run.off + mask) & ~mask;
+		size_t z = (run.off + run.len) & ~mask;
+		if (a < z)
+			folio_set_uptodate(run.folio, a, z - a);
+	}
+	free(p);
+}
+
+/*
+ * Wait for the reads a builder submitted; for each one that succeeded,
+ * zero what lies past EOF and (when `mark`) set its blocks uptodate.
+ * Frees the requests. Returns the first error.
+ */
+static int finish_reads(struct folio_mapping *m, struct rq_builder *b,
+			struct io_group *g, uint64_t eof, bool mark)
+{
+	int err = io_group_wait(g, m->engine);
+	if (b->error && !err)
+		err = b->error;
+	for (struct mapping_io *io = b->submitted; io; io = io->next) {
+		for (unsigned i = 0; io->result >= 0 && i < io->nsegs; i++) {
+			struct rq_seg *s = &io->segs[i];
+			mapping_zero_past_eof(m, s->folio, s->off, s->len, eof);
+			if (mark && !err)
+				folio_set_uptodate(s->folio, s->off, s->len);
+		}
+	}
+	if (mark && err)
+		mark_read_blocks(b->submitted);
+	while (b->submitted) {
+		struct mapping_io *next = b->submitted->next;
+		mapping_io_free(b->submitted);
+		b->submitted = next;
+	}
+	return err;
+}
+
+/*
+ * Make the partly covered edge blocks of [off, off+len) valid before a
+ * write: blocks at or past EOF are zero-filled, the others are read (one
+ * request per contiguous run, so two adjacent edge blocks cost one read).
+ * Wholly covered blocks are never read. With `mark` the edges are set
+ * uptodate (write_begin hands the folio to the caller, who may copy less
+ * than planned); write() leaves marking to its single dirty+uptodate
+ * update. On error nothing is marked.
+ */
+static int prepare_write(struct folio_mapping *m, struct folio *f, size_t off,
+			 size_t len, bool mark)
+{
+	if (folio_test_uptodate(f))
+		return 0;
+	size_t bs = (size_t)1 << f->block_shift, mask = bs - 1;
+	/* Whole-folio tracking writes the whole folio back, so all of it
+	 * must be valid: the write covers nothing and every block is an
+	 * edge. */
+	if (m->flags & FOLIO_MAPPING_FOLIO_DIRTY) {
+		off = 0;
+		len = 0;
+	}
+	size_t head = off & ~mask, tail = len ? (off + len - 1) & ~mask : 0;
+	struct folio_range edge[2];
+	unsigned nedge = 0;
+	if (!len) {
+		edge[nedge++] = (struct folio_range){0, folio_size(f)};
+	} else {
+		if ((off & mask) && folio_is_uptodate(f, head, 1) == 0)
+			edge[nedge++] = (struct folio_range){head, bs};
+		if (((off + len) & mask) && (tail != head || !(off & mask)) &&
+		    folio_is_uptodate(f, tail, 1) == 0)
+			edge[nedge++] = (struct folio_range){tail, bs};
+	}
+	if (!nedge)
+		return 0;
+
+	uint64_t eof = mapping_eof(m);
+	struct io_group g;
+	struct rq_builder b;
+	io_group_init(&g);
+	rqb_init(&b, m, FOLIO_IO_READ, &g, read_end_io);
+	b.keep = true;
+	int err = 0;
+	for (unsigned i = 0; i < nedge && !err; i++) {
+		/* Only the missing blocks of each edge; adjacent edge blocks
+		 * join one request in the builder. */
+		size_t at = edge[i].off, end = at + edge[i].len;
+		while (!err && at < end) {
+			ssize_t run = folio_next_missing(f, &at);
+			if (run <= 0 || at >= end)
+				break;
+			size_t n = MIN((size_t)run, end - at);
+			if (f->pos + at >= eof) {
+				memset(f->data + at, 0, n);
+			} else if (f->pos + at + n > eof) {
+				/* Read up to the block holding EOF, zero the
+				 * rest without I/O. */
+				size_t keep = (size_t)((eof - f->pos - at +
+							mask) & ~(uint64_t)mask);
+				err = rqb_add(&b, f, at, keep);
+				memset(f->data + at + keep, 0, n - keep);
+			} else {
+				err = rqb_add(&b, f, at, n);
+			}
+			at += n;
+		}
+	}
+	rqb_finish(&b);
+	int r = finish_reads(m, &b, &g, eof, false);
+	if (!err)
+		err = r;
+	if (!err && (mark || !len))
+		for (unsigned i = 0; i < nedge; i++)
+			folio_set_uptodate(f, edge[i].off, edge[i].len);
+	return err;
+}
+
+static int check_io_args(struct folio_mapping *m, const void *buf,
+			 size_t len, uint64_t pos)
+{
+	if (!m || (!buf && len))
+		return -EINVAL;
+	if (pos >= FOLIO_MAX_POS || len > FOLIO_MAX_POS - pos)
+		return -EFBIG;
+	return 0;
+}
+
+/* Lock a folio for a content change, honouring stable writes. */
+static void lock_for_write(struct folio_mapping *m, struct folio *f)
+{
+	folio_lock(f);
+	if (m->flags & FOLIO_MAPPING_STABLE_WRITES)
+		mapping_wait_writeback(m, f);
+}
+
+/* Mark [off, off+len) dirty+uptodate after the bytes were copied in. */
+static void commit_write(struct folio_mapping *m, struct folio *f, size_t off,
+			 size_t len)
+{
+	int r = (m->flags & FOLIO_MAPPING_FOLIO_DIRTY)
+			? folio_set_dirty_uptodate(f, 0, folio_size(f))
+			: folio_set_dirty_uptodate(f, off, len);
+	if (r > 0 && (r & FOLIO_BECAME_DIRTY))
+		mapping_tag_dirty(m, f);
+	mapping_grow_eof(m, f->pos + off + len);
+	stat_add(&m->io_bytes[thread_stripe()].written, len);
+}
+
+ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
+			    size_t len, uint64_t pos)
+{
+	int err = check_io_args(m, buf, len, pos);
+	if (err)
+		return err;
+	if (!len)
+		return 0;
+	if (len > SSIZE_MAX)
+		len = SSIZE_MAX;
+
+	const unsigned char *src = buf;
+	size_t done = 0;
+	brlock_read_lock(&m->io_lock);
+	while (done < len) {
+		uint64_t p = pos + done;
+		struct folio *f =
+			mapping_find_or_create_folio(m, p, len - done, &err);
+		if (!f)
+			break;
+		lock_for_write(m, f);
+		size_t off = (size_t)(p - f->pos);
+		size_t n = MIN(len - done, folio_size(f) - off);
+		err = prepare_write(m, f, off, n, false);
+		if (!err) {
+			memcpy(f->data + off, src + done, n);
+			commit_write(m, f, off, n);
+			done += n;
+		}
+		folio_unlock(f);
+		if (err)
+			break;
+	}
+	brlock_read_unlock(&m->io_lock);
+	return done ? (ssize_t)done : err;
+}
+
+ssize_t folio_mapping_write_begin(struct folio_mapping *m, uint64_t pos,
+				  size_t len, struct folio **folio)
+{
+	if (!folio || !len)
+		return -EINVAL;
+	int err = check_io_args(m, folio, len, pos);
+	if (err)
+		return err;
+	brlock_read_lock(&m->io_lock);
+	struct folio *f =
+		folio_get(mapping_find_or_create_folio(m, pos, len, &err));
+	if (!f) {
+		brlock_read_unlock(&m->io_lock);
+		return err;
+	}
+	lock_for_write(m, f);
+	/* Truncate takes io_lock exclusively and then each folio's lock, so
+	 * holding only the folio lock from here to write_end is enough to
+	 * keep the folio in the mapping. */
+	brlock_read_unlock(&m->io_lock);
+	size_t off = (size_t)(pos - f->pos);
+	size_t n = MIN(len, folio_size(f) - off);
+	if (n > SSIZE_MAX)
+		n = SSIZE_MAX;
+	err = prepare_write(m, f, off, n, true);
+	if (err) {
+		folio_unlock(f);
+		folio_put(f);
+		return err;
+	}
+	/* write_end() accepts exactly this: its edges are valid, nothing
+	 * else is known to be. */
+	folio_mark_write_begin(f, off, n);
+	*folio = f;
+	return (ssize_t)n;
+}
+
+ssize_t folio_mapping_write_end(struct folio_mapping *m, struct folio *f,
+				uint64_t pos, size_t copied)
+{
+	if (!m || !f)
+		return -EINVAL;
+	bool mine = f->mapping == m && folio_test_write_begin(f);
+	/* Only the range write_begin() prepared: its start, at most its
+	 * length. Anything else would commit bytes nobody made valid. */
+	if (!mine || pos != f->pos + f->begin_off || copied > f->begin_len)
+		return -EINVAL;
+	size_t off = f->begin_off, end = off + copied;
+	size_t mask = folio_block_size(f) - 1;
+	/* write_begin made only the edges of the planned range valid; a
+	 * short copy that ends inside a block nobody filled must not mark
+	 * that block, so the count stops at its start. */
+	if ((end & mask) && folio_is_uptodate(f, end & ~mask, 1) == 0)
+		end = MAX(off, end & ~mask);
+	if (end > off)
+		commit_write(m, f, off, end - off);
+	folio_unlock(f); /* clears WRITE_BEGIN with LOCKED */
+	folio_put(f);
+	return (ssize_t)(end - off);
+}
+
+/* One folio of a read batch and the part of it the caller wants. */
+struct read_slot {
+	struct folio *folio;
+	size_t off, len;
+};
+
+/* Queue the not-uptodate blocks of a slot's range for reading. */
+static int queue_missing(struct rq_builder *b, struct read_slot *s)
+{
+	struct folio *f = s->folio;
+	if (folio_test_uptodate(f))
+		return 0;
+	size_t mask = folio_block_size(f) - 1;
+	size_t at = s->off & ~mask;
+	size_t end = (s->off + s->len + mask) & ~mask;
+	while (at < end) {
+		size_t run_off = at;
+		ssize_t run = folio_next_missing(f, &run_off);
+		if (run <= 0 || run_off >= end)
+			break;
+		size_t run_len = MIN((size_t)run, end - run_off);
+		int r = rqb_add(b, f, run_off, run_len);
+		if (r)
+			return r;
+		at = run_off + run_len;
+	}
+	return 0;
+}
+
+ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
+			   uint64_t pos)
+{
+	int err = check_io_args(m, buf, len, pos);
+	if (err)
+		return err;
+	if (len > SSIZE_MAX)
+		len = SSIZE_MAX;
+
+	unsigned char *dst = buf;
+	size_t done = 0;
+	brlock_read_lock(&m->io_lock);
+	uint64_t eof = mapping_eof(m);
+	if (pos >= eof)
+		len = 0;
+	else
+		len = (size_t)MIN((uint64_t)len, eof - pos);
+
+	while (done < len && !err) {
+		struct read_slot slot[READ_BATCH];
+		unsigned n = 0;
+		struct io_group g;
+		struct rq_builder b;
+		io_group_init(&g);
+		rqb_init(&b, m, FOLIO_IO_READ, &g, read_end_io);
+		b.keep = true;
+
+		/* Lock a batch of folios in position order and queue their
+		 * missing blocks; contiguous runs merge across folios. */
+		for (size_t at = done; at < len && n < READ_BATCH;) {
+			uint64_t p = pos + at;
+			struct folio *f = mapping_find_or_create_folio(
+				m, p, len - at, &err);
+			if (!f)
+				break;
+			folio_lock(f);
+			struct read_slot *s = &slot[n++];
+			s->folio = f;
+			s->off = (size_t)(p - f->pos);
+			s->len = MIN(len - at, folio_size(f) - s->off);
+			at += s->len;
+			err = queue_missing(&b, s);
+			if (err)
+				break;
+		}
+		rqb_finish(&b);
+		int r = finish_reads(m, &b, &g, eof, true);
+		(void)r; /* what matters is which bytes became uptodate */
+
+		/* Copy out in order, stopping at the first range that could
+		 * not be filled: the caller gets a short count. */
+		bool stop = false;
+		for (unsigned i = 0; i < n; i++) {
+			struct read_slot *s = &slot[i];
+			if (!stop && folio_is_uptodate(s->folio, s->off,
+						       s->len) == 1) {
+				memcpy(dst + done, s->folio->data + s->off,
+				       s->len);
+				done += s->len;
+			} else if (!stop) {
+				stop = true;
+				if (!err)
+					err = r ? r : -EIO;
+			}
+			folio_unlock(s->folio);
+		}
+	}
+	brlock_read_unlock(&m->io_lock);
+	stat_add(&m->io_bytes[thread_stripe()].read, done);
+	return done ? (ssize_t)done : err;
+}

@@ -1,0 +1,389 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Writeback: turn dirty runs into as few engine requests as possible, and
+ * keep every byte safe when a request fails.
+ *
+ * Each folio under writeback carries a pending-byte counter with a bias:
+ * it is set to one more than the folio size when writeback starts, each
+ * completed piece subtracts its bytes, and the submitter subtracts the part
+ * of the bias it did not submit (at least 1) once it has added all the
+ * folio's runs. Whoever brings it to zero ends the folio's writeback, so
+ * completions that arrive before the submitter has finished (inline
+ * engines) cannot end it early, even when they cover the whole folio.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/futex.h"
+#include "mapping/mapping.h"
+
+#define MAX_SEGMENTS_LIMIT 1024u
+/* Runs taken from a folio per lock round trip. */
+#define RUNS_PER_TAKE 64
+
+/* A folio's share of a request finished (bytes counted against its bias). */
+static void folio_wb_done(struct folio_mapping *m, struct folio *f,
+			  long long bytes)
+{
+	if (atomic_fetch_sub(&f->wb_pending, bytes) != bytes)
+		return;
+	mapping_tag_clear_unless(m, f, INDEX_TAG_WRITEBACK, NULL);
+	(void)folio_end_writeback(f);
+	folio_put(f); /* the reference writeback took */
+}
+
+/* Put back the dirty bits of bytes that did not reach the store. */
+static void redirty(struct folio_mapping *m, struct folio *f, size_t off,
+		    size_t len)
+{
+	int r = folio_set_dirty(f, off, len);
+	if (r > 0 && (r & FOLIO_BECAME_DIRTY))
+		mapping_tag_dirty(m, f);
+}
+
+static void backing_size_grow(struct folio_mapping *m, uint64_t end)
+{
+	uint64_t cur = atomic_load(&m->backing_size);
+	while (cur < end &&
+	       !atomic_compare_exchange_weak(&m->backing_size, &cur, end))
+		;
+}
+
+static void wb_end_io(struct engine_io *rq, ssize_t result)
+{
+	struct mapping_io *io = container_of(rq, struct mapping_io, base);
+	struct folio_mapping *m = io->m;
+	size_t len = io->base.io.len;
+	int err = result < 0 ? (int)result : 0;
+	size_t good = result < 0 ? 0 : MIN((size_t)result, len);
+	bool drop = err && (m->flags & FOLIO_MAPPING_DROP_ON_ERROR);
+
+	/* Everything a waiter acts on is in place before the first folio's
+	 * writeback ends: the bytes that did not make it are dirty again,
+	 * the bytes that did are unstable, and the error or short count is
+	 * recorded; a sync woken by the end of writeback then sees all of
+	 * it. */
+	size_t at = 0;
+	for (unsigned i = 0; i < io->nsegs; i++) {
+		struct rq_seg *s = &io->segs[i];
+		size_t ok = good > at ? MIN(good - at, s->len) : 0;
+		if (ok)
+			mapping_mark_unstable(m, s->folio, s->off, ok);
+		if (ok < s->len && !drop)
+			redirty(m, s->folio, s->off + ok, s->len - ok);
+		at += s->len;
+	}
+	if (good)
+		backing_size_grow(m, io->base.io.pos + good);
+	if (err) {
+		errseq_record(m, err);
+	} else if (good < len) {
+		stat_add(&m->stats.retries, 1);
+		atomic_fetch_add(&m->short_writes, 1);
+	}
+	for (unsigned i = 0; i < io->nsegs; i++)
+		folio_wb_done(m, io->segs[i].folio, (long long)io->segs[i].len);
+	/* The pass waiting for this request may return (and its group go
+	 * away) as soon as the group drops: touch nothing after that. */
+	struct io_group *group = io->group;
+	mapping_io_free(io);
+	atomic_fetch_sub(&m->wb_inflight, 1);
+	if (group)
+		io_group_done(group, err);
+}
+
+struct wb_params {
+	uint64_t start, end; /* end: exclusive, already clamped */
+	bool wait_busy;
+	uint64_t budget;
+	size_t max_request;
+	unsigned max_segments;
+	size_t merge_gap;
+};
+
+static int parse_opts(const struct folio_mapping *m,
+		      const struct folio_writeback_opts *o, struct wb_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->end = FOLIO_MAX_POS;
+	p->max_request = RQ_DEFAULT_MAX_BYTES;
+	p->max_segments = RQ_DEFAULT_MAX_SEGS;
+	if (!o)
+		return 0;
+	int r = sized_check(o, o->sz,
+			    SIZEOF_THROUGH(struct folio_writeback_opts,
+					   merge_gap),
+			    sizeof(*o));
+	if (r)
+		return r;
+	/* A request smaller than a block could never carry a dirty block. */
+	if ((o->flags & ~FOLIO_WB_WAIT) || (o->end && o->end < o->start) ||
+	    o->max_segments > MAX_SEGMENTS_LIMIT ||
+	    (o->max_request &&
+	     o->max_request < ((size_t)1 << m->block_shift)))
+		return -EINVAL;
+	p->start = o->start;
+	if (o->end)
+		p->end = MIN(o->end, FOLIO_MAX_POS);
+	p->wait_busy = o->flags & FOLIO_WB_WAIT;
+	p->budget = o->budget;
+	if (o->max_request)
+		p->max_request = o->max_request;
+	if (o->max_segments)
+		p->max_segments = o->max_segments;
+	p->merge_gap = o->merge_gap;
+	return 0;
+}
+
+/*
+ * Join runs separated by at most merge_gap bytes of clean blocks that are
+ * uptodate (their bytes are valid, so writing them again is harmless and
+ * saves a request). Runs are sorted; returns the new count.
+ */
+static int merge_gaps(struct folio *f, struct folio_range *runs, int n,
+		      size_t gap)
+{
+	if (!gap || n < 2)
+		return n;
+	int out = 0;
+	for (int i = 1; i < n; i++) {
+		struct folio_range *prev = &runs[out];
+		size_t prev_end = prev->off + prev->len;
+		size_t hole = runs[i].off - prev_end;
+		if (hole <= gap && folio_is_uptodate(f, prev_end, hole) == 1) {
+			prev->len = runs[i].off + runs[i].len - prev->off;
+		} else {
+			runs[++out] = runs[i];
+		}
+	}
+	return out + 1;
+}
+
+/*
+ * Write back one locked, dirty folio: take its runs and queue them.
+ * Returns the bytes queued.
+ */
+static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
+				struct folio *f, size_t gap)
+{
+	/* EOF as of now, under the folio lock: a writer grows EOF before it
+	 * unlocks the folio it appended to, so every dirty byte of this
+	 * folio lies below it. An EOF read at the start of the pass could
+	 * be older than bytes appended since. */
+	uint64_t eof = mapping_eof(m);
+	long long bias = (long long)folio_size(f) + 1;
+	folio_get(f);
+	atomic_store(&f->wb_pending, bias);
+	/* Cannot fail: the caller waited for the folio's last writeback
+	 * under the lock it holds. */
+	(void)folio_start_writeback(f);
+	mapping_tag_set(m, f, INDEX_TAG_WRITEBACK);
+
+	uint64_t queued = 0;
+	struct folio_range runs[RUNS_PER_TAKE];
+	size_t from = 0;
+	int n;
+	while ((n = folio_take_dirty_from(f, from, runs, RUNS_PER_TAKE)) > 0) {
+		from = runs[n - 1].off + runs[n - 1].len;
+		n = merge_gaps(f, runs, n, gap);
+		for (int i = 0; i < n; i++) {
+			uint64_t pos = f->pos + runs[i].off;
+			/* A run may end in the block holding EOF: write
+			 * only up to EOF so the store does not grow past
+			 * it. A run wholly past EOF cannot exist (see
+			 * above); were there one, it stays dirty rather
+			 * than vanish unwritten. */
+			if (pos >= eof) {
+				redirty(m, f, runs[i].off, runs[i].len);
+				continue;
+			}
+			size_t len = (size_t)MIN((uint64_t)runs[i].len,
+						 eof - pos);
+			uint64_t before = b->added;
+			int r = rqb_add(b, f, runs[i].off, len);
+			size_t got = (size_t)(b->added - before);
+			queued += got;
+			if (r) {
+				/* The rest was not queued: keep it dirty and
+				 * tell sync. */
+				redirty(m, f, runs[i].off + got,
+					runs[i].len - got);
+				errseq_record(m, r);
+			}
+		}
+	}
+
+	/* Dirty bits are gone: drop the tag unless a run was put back. */
+	mapping_tag_clear_unless(m, f, INDEX_TAG_DIRTY, folio_test_dirty);
+
+	folio_wb_done(m, f, bias - (long long)queued);
+	return queued;
+}
+
+static int64_t writeback_pass(struct folio_mapping *m,
+			      const struct wb_params *p)
+{
+	/* A data-integrity pass waits for its own requests only. */
+	struct io_group own;
+	io_group_init(&own);
+	struct rq_builder b;
+	rqb_init(&b, m, FOLIO_IO_WRITE, p->wait_busy ? &own : NULL,
+		 wb_end_io);
+	b.max_bytes = p->max_request;
+	b.max_segs = p->max_segments;
+
+	brlock_read_lock(&m->io_lock);
+	/* Folios appended past this EOF during the pass are left for the
+	 * next one; those below it are written up to EOF as it is when
+	 * each is locked. */
+	uint64_t end = MIN(p->end, mapping_eof(m));
+	uint64_t queued = 0;
+	if (p->start < end) {
+		uint64_t key = mapping_key(m, p->start);
+		uint64_t last = mapping_key(m, end - 1);
+		struct folio *f;
+		while ((f = mapping_next_folio(m, &key, last,
+					       INDEX_TAG_DIRTY))) {
+			folio_lock(f);
+			if (folio_test_writeback(f)) {
+				if (!p->wait_busy) {
+					folio_unlock(f);
+					folio_put(f);
+					continue;
+				}
+				/* Never sleep on a request we still hold. */
+				rqb_finish(&b);
+				int r = mapping_wait_writeback(m, f);
+				if (r)
+					errseq_record(m, r);
+			}
+			if (folio_test_dirty(f)) {
+				queued += writeback_folio(m, &b, f,
+							  p->merge_gap);
+			} else {
+				/* A stale tag (the runs went out with an
+				 * earlier pass): drop it. */
+				mapping_tag_clear_unless(m, f, INDEX_TAG_DIRTY,
+							 folio_test_dirty);
+			}
+			folio_unlock(f);
+			folio_put(f);
+			if (p->budget && queued >= p->budget)
+				break;
+		}
+	}
+	rqb_finish(&b);
+	brlock_read_unlock(&m->io_lock);
+	if (p->wait_busy) {
+		/* Request errors are recorded by their completions; what
+		 * else comes back is the engine's wait() failing, and a
+		 * data-integrity pass must not look like it succeeded. */
+		int r = io_group_wait(&own, m->engine);
+		if (r && r != atomic_load(&own.error))
+			errseq_record(m, r);
+		/* Writes other threads started before this pass: a folio
+		 * whose runs another pass took is no longer dirty, so this
+		 * pass never visited it. */
+		r = mapping_wait_range_writeback(m, p->start, p->end);
+		if (r)
+			errseq_record(m, r);
+	}
+	return (int64_t)queued;
+}
+
+int64_t folio_mapping_writeback(struct folio_mapping *m,
+				const struct folio_writeback_opts *opts)
+{
+	if (!m)
+		return -EINVAL;
+	struct wb_params p;
+	int r = parse_opts(m, opts, &p);
+	if (r)
+		return r;
+	return writeback_pass(m, &p);
+}
+
+/* Passes a sync makes while short writes keep putting bytes back. */
+#define SYNC_MAX_PASSES 16
+
+int folio_mapping_sync(struct folio_mapping *m, folio_errseq_t *cursor)
+{
+	if (!m)
+		return -EINVAL;
+	if (!cursor)
+		cursor = &m->own_cursor;
+	struct wb_params p;
+	parse_opts(m, NULL, &p);
+	p.wait_busy = true;
+
+	for (int pass = 0;; pass++) {
+		uint64_t shorts = atomic_load(&m->short_writes);
+		writeback_pass(m, &p);
+		if (atomic_load(&m->short_writes) == shorts)
+			break;
+		if (pass + 1 == SYNC_MAX_PASSES) {
+			/* The engine keeps writing short: the rest is still
+			 * dirty, and this sync must not claim success. */
+			errseq_record(m, -EIO);
+			break;
+		}
+	}
+	/* Its error, if any, is in the sequence the cursor reads. */
+	mapping_commit(m);
+	return errseq_check_advance(m, cursor);
+}
+
+struct range_acc {
+	int (*fn)(uint64_t, uint64_t, void *);
+	void *arg;
+	uint64_t pos, len; /* the range being merged, len 0: none */
+};
+
+static int range_emit(struct range_acc *a, uint64_t pos, uint64_t len)
+{
+	if (a->len && a->pos + a->len == pos) {
+		a->len += len;
+		return 0;
+	}
+	int r = a->len ? a->fn(a->pos, a->len, a->arg) : 0;
+	a->pos = pos;
+	a->len = len;
+	return r;
+}
+
+int folio_mapping_dirty_ranges(struct folio_mapping *m, uint64_t start,
+			       uint64_t end,
+			       int (*fn)(uint64_t pos, uint64_t len, void *arg),
+			       void *arg)
+{
+	if (!m || !fn || (end && end < start))
+		return -EINVAL;
+	struct range_acc acc = {fn, arg, 0, 0};
+	int r = 0;
+	/* Only folio references are held while fn runs: no lock, so fn may
+	 * call back into the mapping. */
+	uint64_t eof = mapping_eof(m);
+	uint64_t stop = MIN(end ? end : FOLIO_MAX_POS, eof);
+	if (start < stop) {
+		uint64_t key = mapping_key(m, start);
+		uint64_t last = mapping_key(m, stop - 1);
+		struct folio *f;
+		while (!r && (f = mapping_next_folio(m, &key, last,
+						     INDEX_TAG_DIRTY))) {
+			size_t off = 0;
+			ssize_t run;
+			while (!r && (run = folio_next_dirty(f, &off)) > 0) {
+				uint64_t a = MAX(f->pos + off, start);
+				uint64_t z = MIN(f->pos + off + (size_t)run,
+						 stop);
+				if (a < z)
+					r = range_emit(&acc, a, z - a);
+				off += (size_t)run;
+			}
+			folio_put(f);
+		}
+	}
+	if (!r && acc.len)
+		r = fn(acc.pos, acc.len, arg);
+	return r;
+}
