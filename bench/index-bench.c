@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Micro-benchmark of the radix tree index (lib/index.c).
+ * Micro-benchmark of the radix tree index (lib/mapping/index.c).
  *
  * Usage: index-bench [entries] (default 1000000)
  *
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "index.h"
+#include "mapping/index.h"
 
 #define TAGGED 1000u
 
@@ -56,7 +56,7 @@ static void die(const char *what)
 static void run_basic(const char *name, const uint64_t *keys, size_t n,
 		      const uint64_t *probe)
 {
-	struct fs_index idx;
+	struct index_tree idx;
 	double t0, t1;
 	uintptr_t acc = 0;
 
@@ -115,7 +115,7 @@ static void run_basic(const char *name, const uint64_t *keys, size_t n,
 }
 
 /* One full find_tagged pass; returns ns and checks the count. */
-static double tagged_pass(const struct fs_index *idx, size_t want)
+static double tagged_pass(const struct index_tree *idx, size_t want)
 {
 	double t0 = now_ns();
 	uint64_t key = 0;
@@ -132,7 +132,7 @@ static double tagged_pass(const struct fs_index *idx, size_t want)
 	return t1 - t0;
 }
 
-static double best_pass(const struct fs_index *idx, size_t want)
+static double best_pass(const struct index_tree *idx, size_t want)
 {
 	double best = 1e300;
 	for (int r = 0; r < 50; r++) {
@@ -145,7 +145,7 @@ static double best_pass(const struct fs_index *idx, size_t want)
 
 static void run_tagged(size_t n)
 {
-	struct fs_index big, small;
+	struct index_tree big, small;
 	uint64_t *tagged = malloc(TAGGED * sizeof(*tagged));
 
 	if (!tagged)
@@ -240,7 +240,7 @@ int main(int argc, char **argv)
 	size_t ns = n / 16;
 	for (size_t i = 0; i < ns; i++)
 		shuf[i] = rnd() & ((UINT64_C(1) << 40) - 1);
-	struct fs_index sp;
+	struct index_tree sp;
 	index_init(&sp);
 	size_t ok = 0;
 	double t0 = now_ns();
