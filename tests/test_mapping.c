@@ -712,6 +712,38 @@ static void test_discard_tail_size(void **state)
 	assert_int_equal(folio_mapping_size(m), size);
 }
 
+/*
+ * A dirty block that starts at a discard's range, in a folio that starts
+ * below it, stays dirty (the range covers it only in part) but is cut with
+ * everything past the new EOF: it must not hold EOF at the range start
+ * (fuzz: after a good sync the mapping's size was above the store's).
+ */
+static void test_discard_block_at_range_start(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	struct folio_mapping *m;
+	assert_int_equal(folio_engine_mem(&e, 64 * MIB), 0);
+	struct folio_mapping_opts o = default_opts(e);
+	o.min_folio_size = 16384;
+	assert_int_equal(folio_mapping_new(&m, &o), 0);
+	uint64_t pos = 45 * 4096; /* a block start, not a folio start */
+	unsigned char c = 7;
+	assert_int_equal(folio_mapping_write(m, &c, 1, pos), 1);
+	struct folio *f;
+	assert_int_equal(folio_mapping_lookup(m, pos, &f), 0);
+	assert_true(folio_pos(f) < pos);
+	folio_put(f);
+	assert_int_equal(folio_mapping_invalidate(m, pos, 1,
+						  FOLIO_INVALIDATE_DISCARD),
+			 0);
+	assert_int_equal(folio_mapping_size(m), 0);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(test_mem_stats(e).size, 0);
+	assert_int_equal(test_mapping_stats(m).dirty_bytes, 0);
+	test_close(m, e);
+}
+
 static void test_lookup_and_folio_sizes(void **state)
 {
 	struct fixture *fx = *state;
@@ -881,6 +913,7 @@ int main(void)
 						setup_1m, teardown),
 		cmocka_unit_test_setup_teardown(test_discard_tail_size,
 						setup_1m, teardown),
+		cmocka_unit_test(test_discard_block_at_range_start),
 		cmocka_unit_test_setup_teardown(test_lookup_and_folio_sizes,
 						setup_large, teardown),
 		cmocka_unit_test_setup_teardown(test_reopen, setup_1m,

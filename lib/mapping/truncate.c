@@ -97,7 +97,12 @@ static uint64_t eof_after_discard(struct folio_mapping *m, uint64_t pos)
 					       INDEX_TAG_DIRTY))) {
 			size_t off = 0;
 			ssize_t run;
-			while ((run = folio_next_dirty(f, &off)) > 0) {
+			/* Only dirty bytes below pos survive the cut at the
+			 * new EOF: a dirty block from pos on (one the range
+			 * covered only partly) is cut away with the rest,
+			 * so it must not hold EOF up. */
+			while ((run = folio_next_dirty(f, &off)) > 0 &&
+			       f->pos + off < pos) {
 				data_end = MAX(data_end,
 					       f->pos + off + (size_t)run);
 				off += (size_t)run;
