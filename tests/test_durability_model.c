@@ -142,8 +142,6 @@ struct world {
 	struct range *touched;
 	size_t ntouched, captouched;
 	unsigned rules; /* fault rules added since the last clear */
-	unsigned lose_rules; /* of them with FOLIO_MEM_FAULT_LOSE */
-	bool trunc_unflushed; /* a truncate since the last sync returned 0 */
 
 	/* The background writeback thread. */
 	bool bg_on, bg_allowed;
@@ -230,13 +228,12 @@ static void model_synced(struct world *w)
 	w->ntouched = 0;
 	w->min_trunc = UINT64_MAX;
 	w->max_since = w->msize;
-	w->trunc_unflushed = false;
 }
 
 static void clear_rules(struct world *w)
 {
 	assert_int_equal(folio_engine_mem_clear_faults(w->e), 0);
-	w->rules = w->lose_rules = 0;
+	w->rules = 0;
 }
 
 static void set_size(struct world *w, uint64_t size)
@@ -518,7 +515,6 @@ static void do_truncate(struct world *w)
 		cand_add(w, b, 0);
 	if (size < w->min_trunc)
 		w->min_trunc = size;
-	w->trunc_unflushed = true;
 	set_size(w, size);
 }
 
@@ -560,8 +556,6 @@ static void add_rule(struct world *w, const struct folio_mem_fault *f)
 		clear_rules(w);
 	assert_int_equal(folio_engine_mem_inject(w->e, f), 0);
 	w->rules++;
-	if (f->flags & FOLIO_MEM_FAULT_LOSE)
-		w->lose_rules++;
 }
 
 static void do_fault(struct world *w)
