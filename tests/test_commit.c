@@ -126,6 +126,52 @@ static void test_flush_failure_drop_policy(void **state)
 	test_close(m, e);
 }
 
+/*
+ * A failed flush redoes a pending truncate: it cuts the store and sets it
+ * to EOF again. The store's size is then EOF, and a discard reaching EOF
+ * must not pull the mapping below it (fuzz: with the write that would have
+ * grown the store failing, the mapping still took the store to end at the
+ * old cut, and the discard left it smaller than the store).
+ */
+static void test_redone_truncate_then_discard(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	assert_int_equal(folio_engine_mem(&e, 1u << 20), 0);
+	struct folio_mapping *m = new_mapping(e, 64 * KIB, 0);
+	unsigned char data[20000];
+	pattern(data, sizeof(data), 3);
+	assert_int_equal(folio_mapping_write(m, data, sizeof(data), 0),
+			 sizeof(data));
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(folio_mapping_truncate(m, 8000), 0);
+	assert_int_equal(folio_mapping_write(m, data, 4096, 8192), 4096);
+	/* The write fails (so nothing grows the store) and so does the
+	 * flush (so the truncate is redone, up to EOF). */
+	struct folio_mem_fault wfault = {.sz = sizeof(wfault),
+					 .ops = FOLIO_MEM_OP_WRITE,
+					 .pos = 8192,
+					 .len = 4096,
+					 .error = -EIO};
+	struct folio_mem_fault ffault = {.sz = sizeof(ffault),
+					 .ops = FOLIO_MEM_OP_FLUSH,
+					 .count = 1,
+					 .error = -EIO};
+	assert_int_equal(folio_engine_mem_inject(e, &wfault), 0);
+	assert_int_equal(folio_engine_mem_inject(e, &ffault), 0);
+	assert_int_equal(folio_mapping_sync(m, NULL), -EIO);
+	assert_int_equal(test_mem_stats(e).size, 12288);
+	assert_int_equal(folio_engine_mem_clear_faults(e), 0);
+	assert_int_equal(folio_mapping_invalidate(m, 10000, 0,
+						  FOLIO_INVALIDATE_DISCARD),
+			 0);
+	assert_true((uint64_t)folio_mapping_size(m) >= test_mem_stats(e).size);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(test_mem_stats(e).size,
+			 (uint64_t)folio_mapping_size(m));
+	test_close(m, e);
+}
+
 /* Written but not flushed: clean, counted, and kept by invalidate and
  * free until a sync made it durable. */
 static void test_unstable_kept(void **state)
@@ -401,6 +447,7 @@ int main(void)
 		cmocka_unit_test(test_flush_failure_lose),
 		cmocka_unit_test(test_flush_failure_keep),
 		cmocka_unit_test(test_flush_failure_drop_policy),
+		cmocka_unit_test(test_redone_truncate_then_discard),
 		cmocka_unit_test(test_unstable_kept),
 		cmocka_unit_test(test_write_during_flush_stays_unstable),
 		cmocka_unit_test(test_group_commit),

@@ -133,8 +133,16 @@ static int redo_resize(struct folio_mapping *m)
 	struct folio_engine *e = m->engine;
 	uint64_t eof = mapping_eof(m);
 	int r = e->ops.truncate(e->ctx, MIN(low, eof));
-	if (!r && low < eof)
+	if (!r)
+		atomic_store(&m->backing_size, MIN(low, eof));
+	if (!r && low < eof) {
 		r = e->ops.truncate(e->ctx, eof);
+		/* The store has this size now: a discard reaching EOF must
+		 * not pull EOF below it (the redone cut is not the store's
+		 * end any more). */
+		if (!r)
+			atomic_store(&m->backing_size, eof);
+	}
 	brlock_write_unlock(&m->io_lock);
 	return r > 0 ? -EIO : r;
 }
