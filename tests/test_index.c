@@ -321,6 +321,22 @@ static void test_root_level_growth_shrink(void **state)
 	index_destroy(&idx);
 }
 
+/* A node allocator whose n-th allocation from when *countdown is set to
+ * n fails (and the countdown stops); 0 never fails. */
+static void *failing_alloc(void *arg)
+{
+	unsigned *countdown = arg;
+	if (*countdown && --*countdown == 0)
+		return NULL;
+	return malloc(INDEX_NODE_BYTES);
+}
+
+static void failing_free(void *node, void *arg)
+{
+	(void)arg;
+	free(node);
+}
+
 /* Every allocation of an insert can fail; nothing may change when it does. */
 static void test_enomem(void **state)
 {
@@ -335,9 +351,15 @@ static void test_enomem(void **state)
 		{ UINT64_MAX - 1, 0 },           /* growth to level 60 */
 		{ 4096, 12 },                    /* level 12 under the root */
 	};
+	unsigned countdown = 0;
+	const struct index_allocator failing = {
+		.alloc = failing_alloc,
+		.free = failing_free,
+		.arg = &countdown,
+	};
 	struct index_tree idx;
 
-	index_init(&idx);
+	index_init_alloc(&idx, &failing);
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
 		size_t nodes = index_node_count(&idx);
 		unsigned shift = idx.shift;
@@ -345,7 +367,7 @@ static void test_enomem(void **state)
 		int err = -ENOMEM;
 
 		for (fail = 1; err == -ENOMEM; fail++) {
-			index_debug_fail_alloc = fail;
+			countdown = fail;
 			err = index_insert(&idx, cases[c].first, cases[c].order,
 					   fake(c));
 			if (err == -ENOMEM) {
@@ -356,7 +378,7 @@ static void test_enomem(void **state)
 				check_verify(&idx);
 			}
 		}
-		index_debug_fail_alloc = 0;
+		countdown = 0;
 		assert_int_equal(err, 0);
 		/* fail - 2 allocations succeeded before the one that failed
 		 * last time; the successful run used exactly that many. */

@@ -25,8 +25,6 @@
 #define SLOT_MASK (INDEX_NODE_SLOTS - 1u)
 #define ALL_BITS (~UINT64_C(0))
 
-unsigned index_debug_fail_alloc;
-
 static inline bool slot_is_node(uintptr_t v)
 {
 	return (v & SLOT_KIND) == SLOT_NODE;
@@ -127,11 +125,10 @@ static inline void tag_clear_bits(struct index_node *n, unsigned tag,
 	}
 }
 
-static struct index_node *node_alloc(void)
+static struct index_node *node_alloc(const struct index_tree *idx)
 {
-	if (index_debug_fail_alloc && --index_debug_fail_alloc == 0)
-		return NULL;
-	struct index_node *n = malloc(sizeof(*n));
+	struct index_node *n = idx->alloc ? idx->alloc->alloc(idx->alloc->arg)
+					  : malloc(sizeof(*n));
 	if (!n)
 		return NULL;
 	n->present = 0;
@@ -141,31 +138,46 @@ static struct index_node *node_alloc(void)
 	return n;
 }
 
-void index_init(struct index_tree *idx)
+static void node_free(const struct index_tree *idx, struct index_node *n)
+{
+	if (idx->alloc)
+		idx->alloc->free(n, idx->alloc->arg);
+	else
+		free(n);
+}
+
+void index_init_alloc(struct index_tree *idx,
+		      const struct index_allocator *alloc)
 {
 	idx->root = NULL;
 	idx->shift = 0;
 	idx->count = 0;
 	idx->nodes = 0;
+	idx->alloc = alloc;
 }
 
-static void free_subtree(struct index_node *n)
+void index_init(struct index_tree *idx)
+{
+	index_init_alloc(idx, NULL);
+}
+
+static void free_subtree(const struct index_tree *idx, struct index_node *n)
 {
 	uint64_t m = n->present;
 	while (m) {
 		unsigned i = (unsigned)__builtin_ctzll(m);
 		m &= m - 1;
 		if (slot_is_node(n->slots[i]))
-			free_subtree(slot_node(n->slots[i]));
+			free_subtree(idx, slot_node(n->slots[i]));
 	}
-	free(n);
+	node_free(idx, n);
 }
 
 void index_destroy(struct index_tree *idx)
 {
 	if (idx->root)
-		free_subtree(idx->root);
-	index_init(idx);
+		free_subtree(idx, idx->root);
+	index_init_alloc(idx, idx->alloc);
 }
 
 /*
@@ -227,7 +239,7 @@ static void fixup_up(struct index_tree *idx, const struct path *p)
 		bool changed = false;
 
 		if (!child->present) {
-			free(child);
+			node_free(idx, child);
 			idx->nodes--;
 			parent->slots[p->slot[d - 1]] = 0;
 			parent->present &= ~bit;
@@ -250,7 +262,7 @@ static void fixup_up(struct index_tree *idx, const struct path *p)
 			break;
 	}
 	if (idx->root && !idx->root->present) {
-		free(idx->root);
+		node_free(idx, idx->root);
 		idx->nodes--;
 		idx->root = NULL;
 		idx->shift = 0;
@@ -263,7 +275,7 @@ static void fixup_up(struct index_tree *idx, const struct path *p)
 		struct index_node *old = idx->root;
 		idx->root = slot_node(old->slots[0]);
 		idx->shift -= INDEX_NODE_SHIFT;
-		free(old);
+		node_free(idx, old);
 		idx->nodes--;
 	}
 }
@@ -349,10 +361,10 @@ int index_insert(struct index_tree *idx, uint64_t first, unsigned order,
 	if (missing > sizeof(fresh) / sizeof(fresh[0]))
 		return -EINVAL; /* cannot happen; keeps the stack safe */
 	for (unsigned k = 0; k < missing; k++) {
-		fresh[k] = node_alloc();
+		fresh[k] = node_alloc(idx);
 		if (!fresh[k]) {
 			while (k--)
-				free(fresh[k]);
+				node_free(idx, fresh[k]);
 			return -ENOMEM;
 		}
 	}

@@ -33,7 +33,7 @@
  *    index_find, index_find_tagged, index_tag_get, index_any_tagged,
  *    index_count, index_node_count, and also index_tag_set;
  *  - writers, which need exclusive access: index_insert, index_remove,
- *    index_tag_clear, index_init, index_destroy.
+ *    index_tag_clear, index_init, index_init_alloc, index_destroy.
  * Slot pointers are plain memory (only exclusive writers change them); tag
  * words are atomics because index_tag_set changes them under the read
  * lock. See index_tag_set() for the memory ordering.
@@ -69,19 +69,38 @@ struct index_node {
 
 #define INDEX_NODE_BYTES sizeof(struct index_node)
 
+/*
+ * Where an index gets its nodes (INDEX_NODE_BYTES each, aligned like
+ * malloc's) and returns them. alloc returns NULL on failure, which
+ * index_insert() reports as -ENOMEM with nothing changed. Tests pass one
+ * that fails on purpose; the library uses malloc and free.
+ */
+struct index_allocator {
+	void *(*alloc)(void *arg);
+	void (*free)(void *node, void *arg);
+	void *arg;
+};
+
 /* Embeddable; all-zero is not a valid state: call index_init(). */
 struct index_tree {
 	struct index_node *root; /* NULL when empty */
 	unsigned shift;          /* level of the root node */
 	size_t count;            /* entries */
 	size_t nodes;            /* nodes allocated */
+	const struct index_allocator *alloc; /* NULL: malloc and free */
 };
 
-/* Prepare an empty index. Exclusive. */
+/* Prepare an empty index whose nodes come from malloc. Exclusive. */
 void index_init(struct index_tree *idx);
 
+/* Prepare an empty index whose nodes come from `alloc` (NULL: malloc),
+ * which must outlive it. Exclusive. */
+void index_init_alloc(struct index_tree *idx,
+		      const struct index_allocator *alloc);
+
 /* Free every node; the entries belong to the caller and are not touched.
- * The index is empty (and reusable) afterwards. Exclusive. */
+ * The index is empty (and reusable, with the same allocator) afterwards.
+ * Exclusive. */
 void index_destroy(struct index_tree *idx);
 
 /*
@@ -172,9 +191,5 @@ size_t index_node_count(const struct index_tree *idx);
  * Returns 0 or a negative line-specific code; for tests. Exclusive.
  */
 int index_verify(const struct index_tree *idx);
-
-/* Test hook: when > 0, the n-th node allocation from now fails (and the
- * counter stops). Not thread-safe; only single-threaded tests set it. */
-extern unsigned index_debug_fail_alloc;
 
 #endif
