@@ -512,6 +512,35 @@ static void test_append_race_faults(void **state)
 	run_append(FOLIO_MEM_THREAD, 0, true);
 }
 
+/*
+ * Free right after a sync, with completions on the engine's thread: the
+ * sync may return while the completion that woke it is still finishing
+ * (freeing its request), and free must wait for that instead of failing
+ * with -EBUSY (seen once in writeback_model).
+ */
+static void test_free_after_sync_thread_engine(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	assert_int_equal(folio_engine_mem(&e, 1u << 20), 0);
+	assert_int_equal(folio_engine_mem_set_mode(e, FOLIO_MEM_THREAD, 1), 0);
+	unsigned char buf[8192];
+	memset(buf, 3, sizeof(buf));
+	for (unsigned i = 0; i < 2000; i++) {
+		struct folio_mapping_opts o = {.sz = sizeof(o),
+					       .block_size = 4096,
+					       .size = i ? sizeof(buf) : 0,
+					       .engine = e};
+		struct folio_mapping *m;
+		assert_int_equal(folio_mapping_new(&m, &o), 0);
+		assert_int_equal(folio_mapping_write(m, buf, sizeof(buf), 0),
+				 sizeof(buf));
+		assert_int_equal(folio_mapping_sync(m, NULL), 0);
+		assert_int_equal(folio_mapping_free(m), 0);
+	}
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -521,6 +550,7 @@ int main(void)
 		cmocka_unit_test(test_append_race_sync_engine),
 		cmocka_unit_test(test_append_race_thread_engine_stable),
 		cmocka_unit_test(test_append_race_faults),
+		cmocka_unit_test(test_free_after_sync_thread_engine),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,6 +2,7 @@
 /*
  * Mapping life cycle, folio lookup and creation, index tags, statistics.
  */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,8 +88,6 @@ int folio_mapping_new(struct folio_mapping **out,
  * but not flushed), or I/O, or a write_begin() without its write_end()? */
 static bool mapping_busy(struct folio_mapping *m)
 {
-	if (atomic_load(&m->wb_inflight))
-		return true;
 	bool busy = false;
 	pthread_rwlock_rdlock(&m->index_lock);
 	uint64_t key = 0;
@@ -101,7 +100,16 @@ static bool mapping_busy(struct folio_mapping *m)
 			break;
 	}
 	pthread_rwlock_unlock(&m->index_lock);
-	return busy;
+	if (busy)
+		return true;
+	/* No folio is under writeback, yet a completion may still be
+	 * running: the last folio's writeback ends (waking a sync that may
+	 * then call free) before the completion frees its request and drops
+	 * wb_inflight. It touches the mapping until then and is about to
+	 * finish, so wait rather than fail. */
+	while (atomic_load(&m->wb_inflight))
+		sched_yield();
+	return false;
 }
 
 int folio_mapping_free(struct folio_mapping *m)
