@@ -105,7 +105,7 @@ int engine_wait_until(struct folio_engine *e, bool (*done)(void *arg),
 			sleep(arg, NULL);
 			continue;
 		}
-		int r = e->ops.wait(e->ctx);
+		int r = engine_result(e->ops.wait(e->ctx));
 		if (r) {
 			/* Report it, but keep waiting: the requests point
 			 * into folio memory and the waiter's stack, so
@@ -113,7 +113,7 @@ int engine_wait_until(struct folio_engine *e, bool (*done)(void *arg),
 			 * retries down instead of spinning on a broken
 			 * wait(). */
 			if (!err)
-				err = r < 0 ? r : -EIO;
+				err = r;
 			pause.tv_nsec = MIN(pause.tv_nsec * 2,
 					    ENGINE_WAIT_ERROR_MAX_NS);
 		}

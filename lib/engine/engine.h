@@ -32,6 +32,33 @@ int engine_create(struct folio_engine **out,
 		  enum engine_kind kind);
 
 /*
+ * What the library makes of an engine callback's return: the callbacks
+ * return 0 or a negative errno, and a positive value (a broken or
+ * confused engine) must not pass for success nor leak out as a byte
+ * count, so it becomes -EIO.
+ */
+static inline int engine_result(int r)
+{
+	return r > 0 ? -EIO : r;
+}
+
+/* The required callbacks, as the library calls them. */
+static inline int engine_submit(struct folio_engine *e, struct folio_io *io)
+{
+	return engine_result(e->ops.submit(e->ctx, io));
+}
+
+static inline int engine_flush(struct folio_engine *e)
+{
+	return engine_result(e->ops.flush(e->ctx));
+}
+
+static inline int engine_truncate(struct folio_engine *e, uint64_t size)
+{
+	return engine_result(e->ops.truncate(e->ctx, size));
+}
+
+/*
  * Library-side wrapper of every request. The engine sees only `io`;
  * folio_io_complete() finds the wrapper and calls end_io.
  */

@@ -132,11 +132,11 @@ static int redo_resize(struct folio_mapping *m)
 	mapping_wait_range_writeback(m, 0, FOLIO_MAX_POS);
 	struct folio_engine *e = m->engine;
 	uint64_t eof = mapping_eof(m);
-	int r = e->ops.truncate(e->ctx, MIN(low, eof));
+	int r = engine_truncate(e, MIN(low, eof));
 	if (!r)
 		atomic_store(&m->backing_size, MIN(low, eof));
 	if (!r && low < eof) {
-		r = e->ops.truncate(e->ctx, eof);
+		r = engine_truncate(e, eof);
 		/* The store has this size now: a discard reaching EOF must
 		 * not pull EOF below it (the redone cut is not the store's
 		 * end any more). */
@@ -144,18 +144,15 @@ static int redo_resize(struct folio_mapping *m)
 			atomic_store(&m->backing_size, eof);
 	}
 	brlock_write_unlock(&m->io_lock);
-	return r > 0 ? -EIO : r;
+	return r;
 }
 
 static int run_flush(struct folio_mapping *m)
 {
 	uint64_t epoch = atomic_fetch_add_explicit(&m->flush_epoch, 1,
 						   memory_order_acq_rel);
-	struct folio_engine *e = m->engine;
-	int r = e->ops.flush(e->ctx);
+	int r = engine_flush(m->engine);
 	stat_add(&m->stats.flushes, 1);
-	if (r > 0)
-		r = -EIO;
 	if (!r) {
 		resize_settled(m, epoch);
 		settle_unstable(m, epoch, false);

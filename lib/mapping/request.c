@@ -24,9 +24,9 @@ int map_resolve(struct folio_mapping *m, struct map_cache *mc, uint64_t pos,
 	if (!mc->valid || pos < x->pos || pos - x->pos >= x->len) {
 		struct folio_extent ext = {0};
 		stat_add(&m->stats.map_calls, 1);
-		int r = e->ops.map(e->ctx, pos, len, &ext);
+		int r = engine_result(e->ops.map(e->ctx, pos, len, &ext));
 		if (r)
-			return r < 0 ? r : -EIO;
+			return r;
 		/* An extent that does not hold pos would send data to the
 		 * wrong place: refuse it rather than trust it. */
 		if (ext.pos > pos || ext.len == 0 || pos - ext.pos >= ext.len ||
@@ -125,14 +125,13 @@ void rqb_submit(struct rq_builder *b)
 		stat_add(&b->m->stats.wb_requests, 1);
 		stat_add(&b->m->stats.wb_bytes, io->base.io.len);
 	}
-	struct folio_engine *e = b->m->engine;
-	int r = e->ops.submit(e->ctx, &io->base.io);
+	int r = engine_submit(b->m->engine, &io->base.io);
 	if (r) {
 		/* Refused: it will never complete, so finish it here with
 		 * the error, exactly as if the engine had failed it. */
 		if (!b->error)
-			b->error = r < 0 ? r : -EIO;
-		io->base.end_io(&io->base, r < 0 ? r : -EIO);
+			b->error = r;
+		io->base.end_io(&io->base, r);
 	}
 }
 

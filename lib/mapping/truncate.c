@@ -55,10 +55,7 @@ int folio_mapping_truncate(struct folio_mapping *m, uint64_t size)
 		 * Writes in flight past the new size end before the cut. */
 		if (size < old)
 			mapping_wait_range_writeback(m, size, FOLIO_MAX_POS);
-		struct folio_engine *e = m->engine;
-		r = e->ops.truncate(e->ctx, size);
-		if (r > 0)
-			r = -EIO;
+		r = engine_truncate(m->engine, size);
 	}
 	if (!r) {
 		if (size < old)
