@@ -80,4 +80,41 @@ static inline int engine_iov_window(const struct iovec *iov, int cnt,
 	return n;
 }
 
+/*
+ * Requests a thread is delivering and has not yet accounted for. They
+ * still count as in flight for other threads (a waiter wakes only once
+ * their callbacks have returned), but a wait() called from one of their
+ * callbacks must not wait for itself. Each engine keeps its own
+ * thread-local slot; the slot names one engine context at a time.
+ */
+struct engine_own {
+	const void *ctx;
+	uint64_t n;
+};
+
+/* This thread is about to run the callbacks of @n requests of @ctx.
+ * Returns what engine_own_leave() restores once they have returned. */
+static inline struct engine_own engine_own_enter(struct engine_own *slot,
+						 const void *ctx, uint64_t n)
+{
+	struct engine_own saved = *slot;
+	if (slot->ctx != ctx)
+		*slot = (struct engine_own){ctx, 0};
+	slot->n += n;
+	return saved;
+}
+
+static inline void engine_own_leave(struct engine_own *slot,
+				    struct engine_own saved)
+{
+	*slot = saved;
+}
+
+/* How many of @ctx's in-flight requests this thread is delivering. */
+static inline uint64_t engine_own_of(const struct engine_own *slot,
+				     const void *ctx)
+{
+	return slot->ctx == ctx ? slot->n : 0;
+}
+
 #endif

@@ -115,22 +115,8 @@ struct uring_ctx {
  * must then reap itself instead of sleeping until it does. */
 static _Thread_local struct uring_ctx *uring_thread_self;
 
-/*
- * Requests this thread is delivering and has not yet accounted for. They
- * still count as in flight for other threads (a waiter wakes only once
- * their callbacks have returned), but a wait() from one of their
- * callbacks must not wait for itself.
- */
-struct uring_own {
-	const struct uring_ctx *ctx;
-	uint64_t n;
-};
-static _Thread_local struct uring_own uring_own;
-
-static uint64_t own_of(const struct uring_ctx *c)
-{
-	return uring_own.ctx == c ? uring_own.n : 0;
-}
+/* Requests this thread is delivering (see struct engine_own). */
+static _Thread_local struct engine_own uring_own;
 
 static void list_append(struct ureq_list *l, struct ureq *r)
 {
@@ -389,10 +375,7 @@ static int uring_reap(struct uring_ctx *c)
 		return 0;
 	pthread_mutex_unlock(&c->lock);
 
-	struct uring_own saved = uring_own;
-	if (uring_own.ctx != c)
-		uring_own = (struct uring_own){c, 0};
-	uring_own.n += ndone;
+	struct engine_own saved = engine_own_enter(&uring_own, c, ndone);
 	while ((r = fifo_pop(&deliver))) {
 		struct folio_io *io = r->io;
 		ssize_t result = r->result;
@@ -402,7 +385,7 @@ static int uring_reap(struct uring_ctx *c)
 			mark_read_defined(io, result);
 		folio_io_complete(io, result);
 	}
-	uring_own = saved;
+	engine_own_leave(&uring_own, saved);
 
 	pthread_mutex_lock(&c->lock);
 	c->nreq -= ndone;
@@ -513,7 +496,8 @@ static int uring_wait(void *arg)
 	int ret = 0;
 	pthread_mutex_lock(&c->lock);
 	uint64_t seen = c->completions;
-	while (c->nreq > own_of(c) && c->completions == seen) {
+	while (c->nreq > engine_own_of(&uring_own, c) &&
+	       c->completions == seen) {
 		ret = uring_step(c);
 		if (ret)
 			break;

@@ -21,36 +21,8 @@
 /* Lets wait() and set_mode() notice they run on the completion thread. */
 static _Thread_local struct mem_ctx *mem_thread_self;
 
-/*
- * Requests this thread has taken for completion and not yet accounted
- * for. They still count as in flight for other threads (a waiter wakes
- * only once their callbacks have returned), but a wait() called from one
- * of their callbacks must not wait for itself.
- */
-struct mem_own {
-	const struct mem_ctx *ctx;
-	uint64_t n;
-};
-static _Thread_local struct mem_own mem_own;
-
-static struct mem_own own_enter(const struct mem_ctx *c, uint64_t k)
-{
-	struct mem_own saved = mem_own;
-	if (mem_own.ctx != c)
-		mem_own = (struct mem_own){c, 0};
-	mem_own.n += k;
-	return saved;
-}
-
-static void own_leave(struct mem_own saved)
-{
-	mem_own = saved;
-}
-
-static uint64_t own_of(const struct mem_ctx *c)
-{
-	return mem_own.ctx == c ? mem_own.n : 0;
-}
+/* Requests this thread has taken for completion (see struct engine_own). */
+static _Thread_local struct engine_own mem_own;
 
 static uint64_t splitmix64(uint64_t x)
 {
@@ -123,7 +95,7 @@ static void mem_finished(struct mem_ctx *c, uint64_t n)
 void mem_complete_taken(struct mem_ctx *c, struct mem_held *held, size_t n,
 			bool perform, ssize_t result)
 {
-	struct mem_own saved = own_enter(c, n);
+	struct engine_own saved = engine_own_enter(&mem_own, c, n);
 	for (size_t i = 0; i < n; i++) {
 		ssize_t res = result;
 		if (perform) {
@@ -134,16 +106,16 @@ void mem_complete_taken(struct mem_ctx *c, struct mem_held *held, size_t n,
 		}
 		folio_io_complete(held[i].io, res);
 	}
-	own_leave(saved);
+	engine_own_leave(&mem_own, saved);
 	free(held);
 	mem_finished(c, n);
 }
 
 void mem_deliver_one(struct mem_ctx *c, struct folio_io *io, ssize_t res)
 {
-	struct mem_own saved = own_enter(c, 1);
+	struct engine_own saved = engine_own_enter(&mem_own, c, 1);
 	folio_io_complete(io, res);
-	own_leave(saved);
+	engine_own_leave(&mem_own, saved);
 	mem_finished(c, 1);
 }
 
@@ -174,10 +146,10 @@ static unsigned take_random(struct mem_ctx *c, struct mem_held *out,
 static void deliver(const struct mem_ctx *c, struct mem_held *done,
 		    unsigned k)
 {
-	struct mem_own saved = own_enter(c, k);
+	struct engine_own saved = engine_own_enter(&mem_own, c, k);
 	for (unsigned i = 0; i < k; i++)
 		folio_io_complete(done[i].io, done[i].plan);
-	own_leave(saved);
+	engine_own_leave(&mem_own, saved);
 }
 
 /* ---- wait() and the completion thread ------------------------------- */
@@ -189,7 +161,8 @@ int mem_wait(void *arg)
 	pthread_mutex_lock(&c->lock);
 	uint64_t seen = c->completions;
 	for (;;) {
-		if (c->inflight == own_of(c) || c->completions != seen)
+		if (c->inflight == engine_own_of(&mem_own, c) ||
+		    c->completions != seen)
 			break;
 		/* The completion thread waiting on itself would never wake:
 		 * there it completes like POLL mode. */
