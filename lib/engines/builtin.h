@@ -7,7 +7,9 @@
 #ifndef FOLIO_ENGINES_BUILTIN_H
 #define FOLIO_ENGINES_BUILTIN_H
 
+#include <pthread.h>
 #include <sys/uio.h>
+#include <time.h>
 
 #include "engine/engine.h"
 
@@ -115,6 +117,16 @@ static inline uint64_t engine_own_of(const struct engine_own *slot,
 				     const void *ctx)
 {
 	return slot->ctx == ctx ? slot->n : 0;
+}
+
+/* Sleep @ns with @lock dropped (held on entry and on return), so that
+ * whoever the sleeper waits for can take it meanwhile. */
+static inline void engine_unlocked_sleep(pthread_mutex_t *lock, long ns)
+{
+	struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
+	pthread_mutex_unlock(lock);
+	nanosleep(&ts, NULL);
+	pthread_mutex_lock(lock);
 }
 
 #endif

@@ -61,6 +61,9 @@ static void mark_read_defined(const struct folio_io *io, ssize_t result)
 #define URING_CQE_BATCH 64
 /* Give up retrying a request the kernel keeps bouncing (-EAGAIN etc.). */
 #define URING_MAX_RETRIES 10000
+/* How long a thread that must not leave waits between tries when the ring
+ * itself fails. */
+#define URING_ERROR_PAUSE_NS 1000000L
 #define URING_FLAGS (FOLIO_ENGINE_DIRECT | FOLIO_URING_COMPLETION_THREAD)
 
 /* Per-request state: io->engine_data points here while the engine owns
@@ -535,10 +538,7 @@ static int uring_flush(void *arg)
 			/* The CQE will still arrive and name &f; it must not
 			 * outlive this frame. Nothing better is left than to
 			 * keep trying. */
-			struct timespec ts = {0, 1000000};
-			pthread_mutex_unlock(&c->lock);
-			nanosleep(&ts, NULL);
-			pthread_mutex_lock(&c->lock);
+			engine_unlocked_sleep(&c->lock, URING_ERROR_PAUSE_NS);
 		}
 	}
 	c->syncs--;
@@ -577,13 +577,9 @@ static void *uring_thread_main(void *arg)
 	uring_thread_self = c;
 	pthread_mutex_lock(&c->lock);
 	while (!c->thread_stop) {
-		if (uring_step(c) < 0) {
-			/* Not expected; do not spin on a broken ring. */
-			struct timespec ts = {0, 1000000};
-			pthread_mutex_unlock(&c->lock);
-			nanosleep(&ts, NULL);
-			pthread_mutex_lock(&c->lock);
-		}
+		/* Not expected; do not spin on a broken ring. */
+		if (uring_step(c) < 0)
+			engine_unlocked_sleep(&c->lock, URING_ERROR_PAUSE_NS);
 	}
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
@@ -606,12 +602,8 @@ static void uring_destroy(void *arg)
 	/* Callbacks of requests the kernel still holds may run on other
 	 * threads; the ring and the lock must outlive all of them. */
 	while (c->nreq || c->syncs || c->reaper) {
-		if (uring_step(c) < 0) {
-			struct timespec ts = {0, 1000000};
-			pthread_mutex_unlock(&c->lock);
-			nanosleep(&ts, NULL);
-			pthread_mutex_lock(&c->lock);
-		}
+		if (uring_step(c) < 0)
+			engine_unlocked_sleep(&c->lock, URING_ERROR_PAUSE_NS);
 	}
 	c->thread_stop = true;
 	pthread_cond_broadcast(&c->cv);

@@ -8,7 +8,6 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "engines/mem/mem.h"
 
@@ -203,11 +202,9 @@ void *mem_thread_main(void *arg)
 		/* Half the rounds complete at once, the others after a
 		 * delay, so requests overtake each other in time too. */
 		if (r & 1) {
-			struct timespec ts = {
-				0, (long)((r >> 1) % MEM_THREAD_MAX_DELAY_NS)};
-			pthread_mutex_unlock(&c->lock);
-			nanosleep(&ts, NULL);
-			pthread_mutex_lock(&c->lock);
+			engine_unlocked_sleep(
+				&c->lock,
+				(long)((r >> 1) % MEM_THREAD_MAX_DELAY_NS));
 			if (c->thread_stop)
 				break;
 			if (c->mode != FOLIO_MEM_THREAD || !c->nheld)
