@@ -439,6 +439,19 @@ static bool older_inflight(const struct uring_ctx *c, int op, uint64_t seq)
 	return h && h->seq <= seq;
 }
 
+/* Drive the ring until no write, and with @reads no read, accepted before
+ * now is in flight (lock held; may drop it). 0 or a fatal io_uring
+ * error. */
+static int uring_drain(struct uring_ctx *c, bool reads)
+{
+	uint64_t seq = c->seq;
+	int ret = 0;
+	while (!ret && (older_inflight(c, FOLIO_IO_WRITE, seq) ||
+			(reads && older_inflight(c, FOLIO_IO_READ, seq))))
+		ret = uring_step(c);
+	return ret;
+}
+
 /* ---- callbacks ------------------------------------------------------ */
 
 static int uring_submit(void *arg, struct folio_io *io)
@@ -517,11 +530,8 @@ static int uring_flush(void *arg)
 	int ret = 0;
 
 	pthread_mutex_lock(&c->lock);
-	uint64_t seq = c->seq;
-	while (older_inflight(c, FOLIO_IO_WRITE, seq)) {
-		if ((ret = uring_step(c)))
-			goto out;
-	}
+	if ((ret = uring_drain(c, false)))
+		goto out;
 	/* The fsync bypasses the backlog: it orders after the writes above,
 	 * which are all done, and nothing else. */
 	while (!(sqe = uring_sqe(c))) {
@@ -553,14 +563,8 @@ static int uring_truncate(void *arg, uint64_t size)
 	struct uring_ctx *c = arg;
 	if (size > FOLIO_MAX_POS)
 		return -EINVAL;
-	int ret = 0;
 	pthread_mutex_lock(&c->lock);
-	uint64_t seq = c->seq;
-	while (older_inflight(c, FOLIO_IO_WRITE, seq) ||
-	       older_inflight(c, FOLIO_IO_READ, seq)) {
-		if ((ret = uring_step(c)))
-			break;
-	}
+	int ret = uring_drain(c, true);
 	pthread_mutex_unlock(&c->lock);
 	if (ret)
 		return ret;

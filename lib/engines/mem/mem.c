@@ -216,10 +216,7 @@ static void mem_destroy(void *arg)
 	mem_stop_thread(c);
 
 	pthread_mutex_lock(&c->lock);
-	size_t n;
-	struct mem_held *held = mem_held_take_all(c, &n);
-	pthread_mutex_unlock(&c->lock);
-	mem_complete_taken(c, held, n, false, -ECANCELED);
+	mem_fail_held(c, -ECANCELED);
 
 	/* A completion delivered by another thread may still be about to
 	 * account for itself; the context must outlive that. */

@@ -187,6 +187,9 @@ struct mem_held *mem_held_take_all(struct mem_ctx *c, size_t *n);
  * waiters. Takes the lock (not held on entry). */
 void mem_complete_taken(struct mem_ctx *c, struct mem_held *held, size_t n,
 			bool perform, ssize_t result);
+/* Complete every held request with @err (lock held on entry, released on
+ * return). */
+void mem_fail_held(struct mem_ctx *c, ssize_t err);
 /* Deliver one completion decided under the lock, then account for it. */
 void mem_deliver_one(struct mem_ctx *c, struct folio_io *io, ssize_t res);
 int mem_wait(void *arg);

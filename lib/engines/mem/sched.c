@@ -91,30 +91,52 @@ static void mem_finished(struct mem_ctx *c, uint64_t n)
 	pthread_mutex_unlock(&c->lock);
 }
 
-void mem_complete_taken(struct mem_ctx *c, struct mem_held *held, size_t n,
-			bool perform, ssize_t result)
+/*
+ * Run the callbacks of @n requests this thread took out (lock not held):
+ * each completes with its plan, which by now is its result, or, when
+ * @perform, with what mem_perform() makes of the plan. The caller
+ * accounts for them afterwards.
+ */
+static void deliver(struct mem_ctx *c, struct mem_held *h, size_t n,
+		    bool perform)
 {
 	struct engine_own saved = engine_own_enter(&mem_own, c, n);
 	for (size_t i = 0; i < n; i++) {
-		ssize_t res = result;
+		ssize_t res = h[i].plan;
 		if (perform) {
 			pthread_mutex_lock(&c->lock);
-			res = mem_perform(c, held[i].io, held[i].plan,
-					  held[i].epoch);
+			res = mem_perform(c, h[i].io, h[i].plan, h[i].epoch);
 			pthread_mutex_unlock(&c->lock);
 		}
-		folio_io_complete(held[i].io, res);
+		folio_io_complete(h[i].io, res);
 	}
 	engine_own_leave(&mem_own, saved);
+}
+
+void mem_complete_taken(struct mem_ctx *c, struct mem_held *held, size_t n,
+			bool perform, ssize_t result)
+{
+	if (!perform) {
+		for (size_t i = 0; i < n; i++)
+			held[i].plan = result;
+	}
+	deliver(c, held, n, perform);
 	free(held);
 	mem_finished(c, n);
 }
 
+void mem_fail_held(struct mem_ctx *c, ssize_t err)
+{
+	size_t n;
+	struct mem_held *held = mem_held_take_all(c, &n);
+	pthread_mutex_unlock(&c->lock);
+	mem_complete_taken(c, held, n, false, err);
+}
+
 void mem_deliver_one(struct mem_ctx *c, struct folio_io *io, ssize_t res)
 {
-	struct engine_own saved = engine_own_enter(&mem_own, c, 1);
-	folio_io_complete(io, res);
-	engine_own_leave(&mem_own, saved);
+	struct mem_held h = {.io = io, .plan = res};
+	deliver(c, &h, 1, false);
 	mem_finished(c, 1);
 }
 
@@ -142,13 +164,17 @@ static unsigned take_random(struct mem_ctx *c, struct mem_held *out,
 	return k;
 }
 
-static void deliver(const struct mem_ctx *c, struct mem_held *done,
-		    unsigned k)
+/* Complete between 1 and @max held requests, picked at random, through
+ * @buf (lock held, dropped while their callbacks run). */
+static void complete_random(struct mem_ctx *c, struct mem_held *buf,
+			    unsigned max)
 {
-	struct engine_own saved = engine_own_enter(&mem_own, c, k);
-	for (unsigned i = 0; i < k; i++)
-		folio_io_complete(done[i].io, done[i].plan);
-	engine_own_leave(&mem_own, saved);
+	unsigned k = 1 + (unsigned)(mem_rand(c) % max);
+	k = take_random(c, buf, k);
+	pthread_mutex_unlock(&c->lock);
+	deliver(c, buf, k, false);
+	pthread_mutex_lock(&c->lock);
+	finished_locked(c, k);
 }
 
 /* ---- wait() and the completion thread ------------------------------- */
@@ -170,12 +196,8 @@ int mem_wait(void *arg)
 		if (drive) {
 			unsigned max = c->mode == FOLIO_MEM_POLL ?
 				(unsigned)MIN(c->nheld, (size_t)MEM_BATCH) : 1;
-			unsigned k = 1 + (unsigned)(mem_rand(c) % max);
-			k = take_random(c, done, k);
-			pthread_mutex_unlock(&c->lock);
-			deliver(c, done, k);
-			mem_finished(c, k);
-			return 0;
+			complete_random(c, done, max);
+			break;
 		}
 		/* Someone else (another waiter, the thread, a SYNC submit,
 		 * a mode switch, a power cut) is completing what is in
@@ -210,13 +232,8 @@ void *mem_thread_main(void *arg)
 			if (c->mode != FOLIO_MEM_THREAD || !c->nheld)
 				continue;
 		}
-		unsigned max = (unsigned)MIN(c->nheld, (size_t)MEM_THREAD_BATCH);
-		unsigned k = 1 + (unsigned)(mem_rand(c) % max);
-		k = take_random(c, done, k);
-		pthread_mutex_unlock(&c->lock);
-		deliver(c, done, k);
-		pthread_mutex_lock(&c->lock);
-		finished_locked(c, k);
+		complete_random(c, done, (unsigned)MIN(c->nheld,
+						      (size_t)MEM_THREAD_BATCH));
 	}
 	pthread_mutex_unlock(&c->lock);
 	return NULL;

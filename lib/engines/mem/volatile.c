@@ -206,10 +206,7 @@ int folio_engine_mem_power_cut(struct folio_engine *e, unsigned flags,
 	mem_log_discard(c);
 	if (flags & FOLIO_MEM_CUT_STAY_OFF)
 		c->powered_off = true;
-	size_t n;
-	struct mem_held *held = mem_held_take_all(c, &n);
-	pthread_mutex_unlock(&c->lock);
-	mem_complete_taken(c, held, n, false, -EIO);
+	mem_fail_held(c, -EIO);
 	return ret;
 }
 
