@@ -19,7 +19,7 @@
 
 #include "engines/fd.h"
 
-int engine_fd_check(int fd, int *fl)
+static int fd_check(int fd, int *fl)
 {
 	int flags = fcntl(fd, F_GETFL);
 	if (flags < 0 || (flags & O_PATH))
@@ -34,12 +34,8 @@ int engine_fd_check(int fd, int *fl)
 	return 0;
 }
 
-#ifndef IOV_MAX
-#define IOV_MAX 1024
-#endif
-
 /* Segments copied per call once a request has to be resumed mid-way (after
- * a short transfer) or has more segments than one call accepts. */
+ * a short transfer): the caller's array is never modified. */
 #define FD_IOV_WINDOW 64
 
 ssize_t engine_fd_rw(int fd, bool direct, struct folio_io *io)
@@ -49,8 +45,8 @@ ssize_t engine_fd_rw(int fd, bool direct, struct folio_io *io)
 	size_t done = 0;
 	while (done < io->len) {
 		const struct iovec *v = io->iov;
-		int n = io->iovcnt;
-		if (done || n > IOV_MAX) {
+		int n = engine_fd_iov_cut(io->iovcnt);
+		if (done) {
 			v = window;
 			n = engine_iov_window(io->iov, io->iovcnt, done, window,
 					      FD_IOV_WINDOW);
@@ -82,7 +78,10 @@ ssize_t engine_fd_rw(int fd, bool direct, struct folio_io *io)
 	return (ssize_t)done;
 }
 
-int engine_tail_fd_open(int fd, int fl, int *tail_fd)
+/* The descriptor for direct writes that end mid-sector: @fd itself when
+ * it is not O_DIRECT (@fl: its F_GETFL flags), else a new buffered
+ * descriptor of the same file. 0 / -errno (*tail_fd is then -1). */
+static int tail_fd_open(int fd, int fl, int *tail_fd)
 {
 	*tail_fd = -1;
 	if (!(fl & O_DIRECT)) {
@@ -100,13 +99,32 @@ int engine_tail_fd_open(int fd, int fl, int *tail_fd)
 	return 0;
 }
 
-void engine_tail_fd_close(int fd, int tail_fd)
+int engine_fd_open(struct engine_fd *f, int fd, unsigned flags)
 {
-	if (tail_fd >= 0 && tail_fd != fd)
-		close(tail_fd);
+	int fl;
+	int bad = fd_check(fd, &fl);
+	if (bad)
+		return bad;
+	f->fd = fd;
+	f->direct = (flags & FOLIO_ENGINE_DIRECT) || (fl & O_DIRECT);
+	f->tail_fd = -1;
+	/* Without a tail descriptor (no /proc) such writes are refused;
+	 * everything else works. */
+	if (f->direct)
+		tail_fd_open(fd, fl, &f->tail_fd);
+	return 0;
 }
 
-bool engine_io_direct_tail(const struct folio_io *io, size_t align)
+void engine_fd_close(struct engine_fd *f)
+{
+	if (f->tail_fd >= 0 && f->tail_fd != f->fd)
+		close(f->tail_fd);
+	f->tail_fd = -1;
+}
+
+/* Is @io a write that is aligned except for the length of its last
+ * segment, i.e. a run that writeback cut at an unaligned end of file? */
+static bool io_direct_tail(const struct folio_io *io, size_t align)
 {
 	if (io->op != FOLIO_IO_WRITE || (io->dev_pos & (align - 1)))
 		return false;
@@ -117,4 +135,25 @@ bool engine_io_direct_tail(const struct folio_io *io, size_t align)
 			return false;
 	}
 	return true;
+}
+
+int engine_fd_submit_tail(const struct engine_fd *f, struct folio_io *io)
+{
+	if (!f->direct || engine_io_aligned(io, FOLIO_ENGINE_DIRECT_ALIGN))
+		return 0;
+	if (!io_direct_tail(io, FOLIO_ENGINE_DIRECT_ALIGN) || f->tail_fd < 0)
+		return -EINVAL;
+	/* Rare (the last run of an object whose size is not a multiple of
+	 * a sector): done synchronously, buffered. */
+	folio_io_complete(io, engine_fd_rw(f->tail_fd, false, io));
+	return 1;
+}
+
+int engine_fd_truncate(const struct engine_fd *f, uint64_t size)
+{
+	while (ftruncate(f->fd, (off_t)size)) {
+		if (errno != EINTR)
+			return -errno;
+	}
+	return 0;
 }

@@ -2,28 +2,51 @@
 #ifndef FOLIO_ENGINE_FD_H
 #define FOLIO_ENGINE_FD_H
 
+#include <limits.h>
+
 #include "engines/builtin.h"
 
-/* Can the engines do positioned I/O on @fd? A regular file or a block
- * device, open for I/O (not O_PATH) and without O_APPEND (pwrite() would
- * append wherever the library asked to write). On success *@fl holds its
- * F_GETFL flags. Returns 0, -EBADF (not open, O_PATH) or -EINVAL (a pipe,
+/* Most segments one preadv/pwritev call or one SQE takes (more is
+ * -EINVAL). The engines cut a longer vector there and carry on with the
+ * rest as after a short transfer. */
+#ifdef IOV_MAX
+#define ENGINE_FD_IOV_MAX IOV_MAX
+#else
+#define ENGINE_FD_IOV_MAX 1024
+#endif
+
+static inline int engine_fd_iov_cut(int iovcnt)
+{
+	return MIN(iovcnt, ENGINE_FD_IOV_MAX);
+}
+
+/* The descriptor of a file-descriptor engine. */
+struct engine_fd {
+	int fd;
+	int tail_fd; /* for direct writes that end mid-sector, or -1 */
+	bool direct; /* FOLIO_ENGINE_DIRECT was asked for, or O_DIRECT is set */
+};
+
+/* Take @fd for an engine created with @flags. It must allow positioned
+ * I/O: a regular file or a block device, open for I/O (not O_PATH) and
+ * without O_APPEND (pwrite() would append wherever the library asked to
+ * write). Returns 0, -EBADF (not open, O_PATH) or -EINVAL (a pipe,
  * socket, directory, ... or O_APPEND). */
-int engine_fd_check(int fd, int *fl);
+int engine_fd_open(struct engine_fd *f, int fd, unsigned flags);
+void engine_fd_close(struct engine_fd *f);
 
 /* preadv/pwritev the whole request at dev_pos, looping on short
  * transfers and EINTR; reads that meet end of file are zero-filled.
  * Returns the bytes done (possibly short for a write) or -errno. */
 ssize_t engine_fd_rw(int fd, bool direct, struct folio_io *io);
 
-/* The descriptor for direct writes that end mid-sector: @fd itself when
- * it is not O_DIRECT (@fl: its F_GETFL flags), else a new buffered
- * descriptor of the same file. 0 / -errno (*tail_fd is then -1). */
-int engine_tail_fd_open(int fd, int fl, int *tail_fd);
-void engine_tail_fd_close(int fd, int tail_fd);
+/* Take the requests direct I/O cannot: returns 0 when @io is for f->fd
+ * (anything when not direct, else aligned requests), 1 when @io was a
+ * direct write that ends mid-sector and has been written and completed
+ * through the tail descriptor, -EINVAL when nothing may take it. */
+int engine_fd_submit_tail(const struct engine_fd *f, struct folio_io *io);
 
-/* Is @io a write that is aligned except for the length of its last
- * segment, i.e. a run that writeback cut at an unaligned end of file? */
-bool engine_io_direct_tail(const struct folio_io *io, size_t align);
+/* ftruncate(), retried on EINTR (@size <= FOLIO_MAX_POS). 0 or -errno. */
+int engine_fd_truncate(const struct engine_fd *f, uint64_t size);
 
 #endif

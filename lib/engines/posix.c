@@ -4,41 +4,28 @@
  * inside submit(). Positioned calls share no file offset, so any number of
  * threads may submit at once without a lock.
  */
-#include <fcntl.h>
-#include <limits.h>
 #include <stdlib.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "engines/fd.h"
 
-struct posix_ctx {
-	int fd;
-	int tail_fd; /* for direct writes that end mid-sector */
-	bool direct;
-};
-
 static int posix_submit(void *arg, struct folio_io *io)
 {
-	const struct posix_ctx *c = arg;
+	const struct engine_fd *f = arg;
 	int ret = engine_check_io(io);
 	if (ret)
 		return ret;
-	int fd = c->fd;
-	if (c->direct && !engine_io_aligned(io, FOLIO_ENGINE_DIRECT_ALIGN)) {
-		if (!engine_io_direct_tail(io, FOLIO_ENGINE_DIRECT_ALIGN) ||
-		    c->tail_fd < 0)
-			return -EINVAL;
-		fd = c->tail_fd;
-	}
-	folio_io_complete(io, engine_fd_rw(fd, c->direct && fd == c->fd, io));
+	ret = engine_fd_submit_tail(f, io);
+	if (ret)
+		return ret < 0 ? ret : 0;
+	folio_io_complete(io, engine_fd_rw(f->fd, f->direct, io));
 	return 0;
 }
 
 static int posix_flush(void *arg)
 {
-	const struct posix_ctx *c = arg;
-	while (fdatasync(c->fd)) {
+	const struct engine_fd *f = arg;
+	while (fdatasync(f->fd)) {
 		if (errno != EINTR)
 			return -errno;
 	}
@@ -47,21 +34,15 @@ static int posix_flush(void *arg)
 
 static int posix_truncate(void *arg, uint64_t size)
 {
-	const struct posix_ctx *c = arg;
 	if (size > FOLIO_MAX_POS)
 		return -EINVAL;
-	while (ftruncate(c->fd, (off_t)size)) {
-		if (errno != EINTR)
-			return -errno;
-	}
-	return 0;
+	return engine_fd_truncate(arg, size);
 }
 
 static void posix_destroy(void *arg)
 {
-	struct posix_ctx *c = arg;
-	engine_tail_fd_close(c->fd, c->tail_fd);
-	free(c);
+	engine_fd_close(arg);
+	free(arg);
 }
 
 static const struct folio_engine_ops posix_ops = {
@@ -76,23 +57,19 @@ int folio_engine_posix(struct folio_engine **out, int fd, unsigned flags)
 {
 	if (!out || fd < 0 || (flags & ~FOLIO_ENGINE_DIRECT))
 		return -EINVAL;
-	int fl;
-	int bad = engine_fd_check(fd, &fl);
-	if (bad)
-		return bad;
-	struct posix_ctx *c = calloc(1, sizeof(*c));
-	if (!c)
+	struct engine_fd f;
+	int ret = engine_fd_open(&f, fd, flags);
+	if (ret)
+		return ret;
+	struct engine_fd *c = malloc(sizeof(*c));
+	if (!c) {
+		engine_fd_close(&f);
 		return -ENOMEM;
-	c->fd = fd;
-	c->direct = (flags & FOLIO_ENGINE_DIRECT) || (fl & O_DIRECT);
-	c->tail_fd = -1;
-	/* Without a tail descriptor (no /proc) such writes are refused, as
-	 * before; everything else works. */
-	if (c->direct)
-		engine_tail_fd_open(fd, fl, &c->tail_fd);
-	int ret = engine_create(out, &posix_ops, c, ENGINE_POSIX);
+	}
+	*c = f;
+	ret = engine_create(out, &posix_ops, c, ENGINE_POSIX);
 	if (ret) {
-		engine_tail_fd_close(fd, c->tail_fd);
+		engine_fd_close(c);
 		free(c);
 	}
 	return ret;

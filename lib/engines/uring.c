@@ -15,13 +15,10 @@
  * in a FIFO backlog in the engine and enter the ring as completions make
  * room; submit() therefore never blocks and never reaps.
  */
-#include <fcntl.h>
 #include <liburing.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "engines/fd.h"
 
@@ -52,10 +49,6 @@ static void mark_read_defined(const struct folio_io *io, ssize_t result)
 	(void)result;
 #endif
 }
-
-#ifndef IOV_MAX
-#define IOV_MAX 1024
-#endif
 
 #define URING_MAX_DEPTH 4096u
 #define URING_CQE_BATCH 64
@@ -88,9 +81,7 @@ struct ureq_list {
 
 struct uring_ctx {
 	struct io_uring ring;
-	int fd;
-	int tail_fd; /* for direct writes that end mid-sector */
-	bool direct;
+	struct engine_fd f;
 	bool use_thread;
 
 	pthread_mutex_t lock;
@@ -207,13 +198,12 @@ static bool uring_queue(struct uring_ctx *c, struct ureq *r)
 	if (!sqe)
 		return false;
 	struct folio_io *io = r->io;
-	/* A longer vector is cut here and finished as a short transfer. */
-	unsigned n = (unsigned)MIN(r->iovcnt, IOV_MAX);
+	unsigned n = (unsigned)engine_fd_iov_cut(r->iovcnt);
 	__u64 off = io->dev_pos + r->done;
 	if (io->op == FOLIO_IO_READ)
-		io_uring_prep_readv(sqe, c->fd, r->iov, n, off);
+		io_uring_prep_readv(sqe, c->f.fd, r->iov, n, off);
 	else
-		io_uring_prep_writev(sqe, c->fd, r->iov, n, off);
+		io_uring_prep_writev(sqe, c->f.fd, r->iov, n, off);
 	io_uring_sqe_set_data(sqe, r);
 	c->queued++;
 	return true;
@@ -297,7 +287,7 @@ static enum cqe_action ureq_cqe(struct uring_ctx *c, struct ureq *r, int res)
 	}
 	/* A direct read stops short at end of file and cannot resume from
 	 * an unaligned position: the rest is past EOF. */
-	if (rd && c->direct && (r->done & (FOLIO_ENGINE_DIRECT_ALIGN - 1))) {
+	if (rd && c->f.direct && (r->done & (FOLIO_ENGINE_DIRECT_ALIGN - 1))) {
 		engine_iov_zero(io->iov, io->iovcnt, r->done, io->len);
 		r->result = (ssize_t)io->len;
 		return CQE_DONE;
@@ -460,15 +450,9 @@ static int uring_submit(void *arg, struct folio_io *io)
 	int ret = engine_check_io(io);
 	if (ret)
 		return ret;
-	if (c->direct && !engine_io_aligned(io, FOLIO_ENGINE_DIRECT_ALIGN)) {
-		/* Rare (the last run of an object whose size is not a
-		 * multiple of a sector): done synchronously, buffered. */
-		if (!engine_io_direct_tail(io, FOLIO_ENGINE_DIRECT_ALIGN) ||
-		    c->tail_fd < 0)
-			return -EINVAL;
-		folio_io_complete(io, engine_fd_rw(c->tail_fd, false, io));
-		return 0;
-	}
+	ret = engine_fd_submit_tail(&c->f, io);
+	if (ret)
+		return ret < 0 ? ret : 0;
 	if (!io->len) {
 		folio_io_complete(io, 0);
 		return 0;
@@ -538,7 +522,7 @@ static int uring_flush(void *arg)
 		if ((ret = uring_step(c)))
 			goto out;
 	}
-	io_uring_prep_fsync(sqe, c->fd, IORING_FSYNC_DATASYNC);
+	io_uring_prep_fsync(sqe, c->f.fd, IORING_FSYNC_DATASYNC);
 	io_uring_sqe_set_data(sqe, &f);
 	c->queued++;
 	c->syncs++;
@@ -566,13 +550,7 @@ static int uring_truncate(void *arg, uint64_t size)
 	pthread_mutex_lock(&c->lock);
 	int ret = uring_drain(c, true);
 	pthread_mutex_unlock(&c->lock);
-	if (ret)
-		return ret;
-	while (ftruncate(c->fd, (off_t)size)) {
-		if (errno != EINTR)
-			return -errno;
-	}
-	return 0;
+	return ret ? ret : engine_fd_truncate(&c->f, size);
 }
 
 static void *uring_thread_main(void *arg)
@@ -591,7 +569,7 @@ static void *uring_thread_main(void *arg)
 
 static void uring_free_ctx(struct uring_ctx *c)
 {
-	engine_tail_fd_close(c->fd, c->tail_fd);
+	engine_fd_close(&c->f);
 	io_uring_queue_exit(&c->ring);
 	pthread_cond_destroy(&c->cv);
 	pthread_mutex_destroy(&c->lock);
@@ -634,42 +612,34 @@ int folio_engine_uring(struct folio_engine **out, int fd, unsigned depth,
 	if (!out || fd < 0 || !depth || depth > URING_MAX_DEPTH ||
 	    (flags & ~URING_FLAGS))
 		return -EINVAL;
-	int fl;
-	int bad = engine_fd_check(fd, &fl);
-	if (bad)
-		return bad;
+	struct engine_fd f;
+	int ret = engine_fd_open(&f, fd, flags);
+	if (ret)
+		return ret;
 	struct uring_ctx *c = calloc(1, sizeof(*c));
-	if (!c)
+	if (!c) {
+		engine_fd_close(&f);
 		return -ENOMEM;
-	c->fd = fd;
-	c->direct = (flags & FOLIO_ENGINE_DIRECT) || (fl & O_DIRECT);
+	}
+	c->f = f;
 	c->use_thread = flags & FOLIO_URING_COMPLETION_THREAD;
-	c->tail_fd = -1;
 
 	/* SUBMIT_ALL (5.18) keeps one bad SQE from stalling the rest of a
 	 * batch; older kernels reject the flag and do without it. */
 	struct io_uring_params p = {.flags = IORING_SETUP_SUBMIT_ALL};
-	int ret = io_uring_queue_init_params(depth, &c->ring, &p);
+	ret = io_uring_queue_init_params(depth, &c->ring, &p);
 	if (ret == -EINVAL) {
 		memset(&p, 0, sizeof(p));
 		ret = io_uring_queue_init_params(depth, &c->ring, &p);
 	}
-	if (ret) {
-		free(c);
-		return ret;
-	}
+	if (ret)
+		goto fail_fd;
 	c->limit = c->ring.cq.ring_entries;
-	if (pthread_mutex_init(&c->lock, NULL)) {
-		io_uring_queue_exit(&c->ring);
-		free(c);
-		return -ENOMEM;
-	}
-	if (pthread_cond_init(&c->cv, NULL)) {
-		pthread_mutex_destroy(&c->lock);
-		io_uring_queue_exit(&c->ring);
-		free(c);
-		return -ENOMEM;
-	}
+	ret = -ENOMEM;
+	if (pthread_mutex_init(&c->lock, NULL))
+		goto fail_ring;
+	if (pthread_cond_init(&c->cv, NULL))
+		goto fail_lock;
 	if (c->use_thread) {
 		if (pthread_create(&c->thread, NULL, uring_thread_main, c)) {
 			uring_free_ctx(c);
@@ -677,12 +647,17 @@ int folio_engine_uring(struct folio_engine **out, int fd, unsigned depth,
 		}
 		c->thread_running = true;
 	}
-	/* Without a tail descriptor (no /proc) direct writes that end
-	 * mid-sector are refused; everything else works. */
-	if (c->direct)
-		engine_tail_fd_open(fd, fl, &c->tail_fd);
 	ret = engine_create(out, &uring_ops, c, ENGINE_URING);
 	if (ret)
 		uring_destroy(c);
+	return ret;
+
+fail_lock:
+	pthread_mutex_destroy(&c->lock);
+fail_ring:
+	io_uring_queue_exit(&c->ring);
+fail_fd:
+	engine_fd_close(&c->f);
+	free(c);
 	return ret;
 }
