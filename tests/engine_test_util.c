@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -535,6 +536,60 @@ void fe_test_short_write(void **state)
 /* flush() covers the writes submitted before it (an asynchronous engine
  * waits for them, delivering their completions), then syncs. truncate()
  * waits for everything. */
+/*
+ * ftruncate() as the engines in the shared library see it: the program's
+ * definition comes first in symbol lookup (built with the library's
+ * _FILE_OFFSET_BITS, so under the same symbol name). It fails with EINTR
+ * while ftruncate_eintr says so, then once with ftruncate_errno when that
+ * is set, and otherwise truncates.
+ */
+static atomic_int ftruncate_eintr, ftruncate_errno, ftruncate_calls;
+
+int ftruncate(int fd, off_t length)
+{
+	atomic_fetch_add(&ftruncate_calls, 1);
+	if (atomic_load(&ftruncate_eintr) > 0) {
+		atomic_fetch_sub(&ftruncate_eintr, 1);
+		errno = EINTR;
+		return -1;
+	}
+	int err = atomic_exchange(&ftruncate_errno, 0);
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return (int)syscall(SYS_ftruncate, fd, length);
+}
+
+/* An interrupted ftruncate() is retried; any other failure is the
+ * truncate's result. */
+void fe_test_truncate_eintr(void **state)
+{
+	struct tfile f;
+	if (!tfile_open(&f, state))
+		return;
+	for (int v = 0; v < fe_variants(); v++) {
+		struct folio_engine *e = fe_new(f.fd, fe_variant_flags(v));
+		struct stat st;
+		atomic_store(&ftruncate_calls, 0);
+		atomic_store(&ftruncate_eintr, 3);
+		assert_int_equal(eng_truncate(e, 12345 + (uint64_t)v), 0);
+		assert_int_equal(atomic_load(&ftruncate_calls), 4);
+		assert_int_equal(fstat(f.fd, &st), 0);
+		assert_int_equal(st.st_size, 12345 + v);
+
+		atomic_store(&ftruncate_calls, 0);
+		atomic_store(&ftruncate_eintr, 2);
+		atomic_store(&ftruncate_errno, EFBIG);
+		assert_int_equal(eng_truncate(e, 1 << 20), -EFBIG);
+		assert_int_equal(atomic_load(&ftruncate_calls), 3);
+		assert_int_equal(fstat(f.fd, &st), 0);
+		assert_int_equal(st.st_size, 12345 + v);
+		assert_int_equal(folio_engine_free(e), 0);
+	}
+	tfile_close(&f);
+}
+
 void fe_test_flush_truncate(void **state)
 {
 	struct tfile f;

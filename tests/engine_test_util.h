@@ -186,6 +186,7 @@ void fe_test_read_past_eof(void **state);
 void fe_test_many_segments(void **state);
 void fe_test_short_write(void **state);
 void fe_test_flush_truncate(void **state);
+void fe_test_truncate_eintr(void **state);
 void fe_test_direct(void **state);
 void fe_test_direct_tail(void **state);
 void fe_test_errors(void **state);

@@ -465,6 +465,7 @@ int main(void)
 		FE_ON_BOTH(many_segments),
 		FE_ON_BOTH(short_write),
 		FE_ON_BOTH(flush_truncate),
+		FE_ON_BOTH(truncate_eintr),
 		ON_BOTH(test_completion_thread),
 		FE_ON_BOTH(direct),
 		FE_ON_BOTH(direct_tail),
