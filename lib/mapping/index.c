@@ -545,8 +545,43 @@ void *index_find_tagged(const struct index_tree *idx, uint64_t *key,
 	return find_common(idx, key, last, (int)tag, order);
 }
 
-int index_tag_set(struct index_tree *idx, uint64_t first, unsigned order,
-		  unsigned tag)
+/* Set @mask (the entry's slots) in the leaf's @tag word at the end of
+ * @p, and the path's bits above it. */
+static void tag_set_path(struct index_tree *idx, struct path *p,
+			 unsigned tag, uint64_t mask)
+{
+	(void)idx;
+	/* Top-down, so a set bit always has its ancestors set (see index.h).
+	 * A plain load first keeps hot upper words shared in caches when
+	 * they are already set, which is the common case. */
+	for (unsigned d = 0; d + 1 < p->depth; d++) {
+		_Atomic uint64_t *w = &p->node[d]->tags[tag];
+		uint64_t bit = UINT64_C(1) << p->slot[d];
+		if (!(atomic_load_explicit(w, memory_order_relaxed) & bit))
+			atomic_fetch_or_explicit(w, bit, memory_order_relaxed);
+	}
+	struct index_node *n = p->node[p->depth - 1];
+	/* Always an RMW here, even if already set: the release is what
+	 * orders this caller's earlier writes before a finder's acquire. */
+	atomic_fetch_or_explicit(&n->tags[tag], mask, memory_order_release);
+}
+
+static void tag_clear_path(struct index_tree *idx, struct path *p,
+			   unsigned tag, uint64_t mask)
+{
+	struct index_node *n = p->node[p->depth - 1];
+	if (!(atomic_load_explicit(&n->tags[tag], memory_order_relaxed) & mask))
+		return; /* not tagged: nothing above changes either */
+	tag_clear_bits(n, tag, mask);
+	fixup_up(idx, p);
+}
+
+/* Apply a tag change to the entry stored at exactly
+ * [first, first + 2^order). */
+static int tag_change(struct index_tree *idx, uint64_t first, unsigned order,
+		      unsigned tag,
+		      void (*change)(struct index_tree *idx, struct path *p,
+				     unsigned tag, uint64_t mask))
 {
 	struct path p;
 
@@ -555,40 +590,21 @@ int index_tag_set(struct index_tree *idx, uint64_t first, unsigned order,
 	int i = locate_exact(idx, first, order, &p);
 	if (i < 0)
 		return -ENOENT;
-	/* Top-down, so a set bit always has its ancestors set (see index.h).
-	 * A plain load first keeps hot upper words shared in caches when
-	 * they are already set, which is the common case. */
-	for (unsigned d = 0; d + 1 < p.depth; d++) {
-		_Atomic uint64_t *w = &p.node[d]->tags[tag];
-		uint64_t bit = UINT64_C(1) << p.slot[d];
-		if (!(atomic_load_explicit(w, memory_order_relaxed) & bit))
-			atomic_fetch_or_explicit(w, bit, memory_order_relaxed);
-	}
-	struct index_node *n = p.node[p.depth - 1];
-	uint64_t mask = bits((unsigned)i, 1u << (order - level_of(order)));
-	/* Always an RMW here, even if already set: the release is what
-	 * orders this caller's earlier writes before a finder's acquire. */
-	atomic_fetch_or_explicit(&n->tags[tag], mask, memory_order_release);
+	change(idx, &p, tag,
+	       bits((unsigned)i, 1u << (order - level_of(order))));
 	return 0;
+}
+
+int index_tag_set(struct index_tree *idx, uint64_t first, unsigned order,
+		  unsigned tag)
+{
+	return tag_change(idx, first, order, tag, tag_set_path);
 }
 
 int index_tag_clear(struct index_tree *idx, uint64_t first, unsigned order,
 		    unsigned tag)
 {
-	struct path p;
-
-	if (tag >= INDEX_TAG_COUNT || !valid_range(first, order))
-		return -EINVAL;
-	int i = locate_exact(idx, first, order, &p);
-	if (i < 0)
-		return -ENOENT;
-	struct index_node *n = p.node[p.depth - 1];
-	uint64_t mask = bits((unsigned)i, 1u << (order - level_of(order)));
-	if (!(atomic_load_explicit(&n->tags[tag], memory_order_relaxed) & mask))
-		return 0; /* not tagged: nothing above changes either */
-	tag_clear_bits(n, tag, mask);
-	fixup_up(idx, &p);
-	return 0;
+	return tag_change(idx, first, order, tag, tag_clear_path);
 }
 
 bool index_tag_get(const struct index_tree *idx, uint64_t key, unsigned tag)
