@@ -343,8 +343,10 @@ int folio_engine_mem_stats(struct folio_engine *e, struct folio_mem_stats *st)
 	return 0;
 }
 
-int folio_engine_mem_peek(struct folio_engine *e, void *buf, size_t len,
-			  uint64_t pos)
+/* Bytes as a read sees them (@cached) or as a power cut would leave
+ * them. */
+static int mem_peek(struct folio_engine *e, void *buf, size_t len,
+		    uint64_t pos, bool cached)
 {
 	struct mem_ctx *c = mem_of(e);
 	if (!c || (!buf && len))
@@ -353,7 +355,7 @@ int folio_engine_mem_peek(struct folio_engine *e, void *buf, size_t len,
 		return -ERANGE;
 	pthread_mutex_lock(&c->lock);
 	mem_durable_read(c, pos, buf, len);
-	if (c->log_head) {
+	if (cached && c->log_head) {
 		struct iovec iov = {buf, len};
 		mem_log_overlay(c, pos, &iov, 1, len);
 		if (pos + len > c->size) {
@@ -364,6 +366,18 @@ int folio_engine_mem_peek(struct folio_engine *e, void *buf, size_t len,
 	}
 	pthread_mutex_unlock(&c->lock);
 	return 0;
+}
+
+int folio_engine_mem_peek(struct folio_engine *e, void *buf, size_t len,
+			  uint64_t pos)
+{
+	return mem_peek(e, buf, len, pos, true);
+}
+
+int folio_engine_mem_peek_durable(struct folio_engine *e, void *buf,
+				  size_t len, uint64_t pos)
+{
+	return mem_peek(e, buf, len, pos, false);
 }
 
 int folio_engine_mem_poke(struct folio_engine *e, const void *buf,

@@ -220,17 +220,3 @@ int folio_engine_mem_power_on(struct folio_engine *e)
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 }
-
-int folio_engine_mem_peek_durable(struct folio_engine *e, void *buf,
-				  size_t len, uint64_t pos)
-{
-	struct mem_ctx *c = mem_of(e);
-	if (!c || (!buf && len))
-		return -EINVAL;
-	if (pos > c->capacity || len > c->capacity - pos)
-		return -ERANGE;
-	pthread_mutex_lock(&c->lock);
-	mem_durable_read(c, pos, buf, len);
-	pthread_mutex_unlock(&c->lock);
-	return 0;
-}
