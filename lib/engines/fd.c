@@ -38,11 +38,42 @@ static int fd_check(int fd, int *fl)
  * a short transfer): the caller's array is never modified. */
 #define FD_IOV_WINDOW 64
 
+bool engine_fd_transferred(struct folio_io *io, bool direct, size_t *done,
+			   ssize_t res, ssize_t *result)
+{
+	bool rd = io->op == FOLIO_IO_READ;
+	if (res < 0) {
+		*result = *done ? (ssize_t)*done : res;
+		return true;
+	}
+	if (res == 0 && !rd) {
+		/* A write that moves nothing would loop forever. */
+		*result = *done ? (ssize_t)*done : -EIO;
+		return true;
+	}
+	*done += (size_t)res;
+	if (*done >= io->len) {
+		*result = (ssize_t)io->len;
+		return true;
+	}
+	/* A read that gets nothing met end of file. So did a direct read
+	 * that stops short: the rest cannot be asked for from an unaligned
+	 * position, and is past EOF. */
+	if (rd && (!res ||
+		   (direct && (*done & (FOLIO_ENGINE_DIRECT_ALIGN - 1))))) {
+		engine_iov_zero(io->iov, io->iovcnt, *done, io->len);
+		*result = (ssize_t)io->len;
+		return true;
+	}
+	return false;
+}
+
 ssize_t engine_fd_rw(int fd, bool direct, struct folio_io *io)
 {
 	struct iovec window[FD_IOV_WINDOW];
 	bool rd = io->op == FOLIO_IO_READ;
 	size_t done = 0;
+	ssize_t result = 0;
 	while (done < io->len) {
 		const struct iovec *v = io->iov;
 		int n = engine_fd_iov_cut(io->iovcnt);
@@ -53,29 +84,13 @@ ssize_t engine_fd_rw(int fd, bool direct, struct folio_io *io)
 		}
 		off_t off = (off_t)(io->dev_pos + done);
 		ssize_t r = rd ? preadv(fd, v, n, off) : pwritev(fd, v, n, off);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			int err = -errno;
-			return done ? (ssize_t)done : err;
-		}
-		if (r == 0) {
-			if (rd)
-				break; /* end of file */
-			/* A write that moves nothing would loop forever. */
-			return done ? (ssize_t)done : -EIO;
-		}
-		done += (size_t)r;
-		/* A direct read stops short at end of file; the rest cannot
-		 * be asked for from an unaligned position, and is past EOF. */
-		if (rd && direct && (done & (FOLIO_ENGINE_DIRECT_ALIGN - 1)))
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (engine_fd_transferred(io, direct, &done, r < 0 ? -errno : r,
+					  &result))
 			break;
 	}
-	if (rd && done < io->len) {
-		engine_iov_zero(io->iov, io->iovcnt, done, io->len);
-		done = io->len;
-	}
-	return (ssize_t)done;
+	return result;
 }
 
 /* The descriptor for direct writes that end mid-sector: @fd itself when

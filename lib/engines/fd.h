@@ -35,6 +35,16 @@ struct engine_fd {
 int engine_fd_open(struct engine_fd *f, int fd, unsigned flags);
 void engine_fd_close(struct engine_fd *f);
 
+/*
+ * What one transfer of @io that returned @res (bytes, or -errno) means
+ * when *@done bytes were done before it: true when the request is over,
+ * with its completion result in *@result (a read that stopped at end of
+ * file zero-filled up to len), else false with *@done advanced and the
+ * rest still to transfer. Retrying interrupted calls is the caller's.
+ */
+bool engine_fd_transferred(struct folio_io *io, bool direct, size_t *done,
+			   ssize_t res, ssize_t *result);
+
 /* preadv/pwritev the whole request at dev_pos, looping on short
  * transfers and EINTR; reads that meet end of file are zero-filled.
  * Returns the bytes done (possibly short for a write) or -errno. */

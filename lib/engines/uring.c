@@ -261,37 +261,13 @@ enum cqe_action { CQE_DONE, CQE_AGAIN };
 /* Decide what a CQE means for r (reaper, lock held). */
 static enum cqe_action ureq_cqe(struct uring_ctx *c, struct ureq *r, int res)
 {
-	struct folio_io *io = r->io;
-	bool rd = io->op == FOLIO_IO_READ;
 	if (res == -EAGAIN || res == -EINTR || res == -ECANCELED) {
 		if (++r->retries <= URING_MAX_RETRIES)
 			return CQE_AGAIN;
 	}
-	if (res < 0) {
-		r->result = r->done ? (ssize_t)r->done : res;
+	if (engine_fd_transferred(r->io, c->f.direct, &r->done, res,
+				  &r->result))
 		return CQE_DONE;
-	}
-	if (res == 0) {
-		if (rd) {
-			engine_iov_zero(io->iov, io->iovcnt, r->done, io->len);
-			r->result = (ssize_t)io->len;
-		} else {
-			r->result = r->done ? (ssize_t)r->done : -EIO;
-		}
-		return CQE_DONE;
-	}
-	r->done += (size_t)res;
-	if (r->done >= io->len) {
-		r->result = (ssize_t)io->len;
-		return CQE_DONE;
-	}
-	/* A direct read stops short at end of file and cannot resume from
-	 * an unaligned position: the rest is past EOF. */
-	if (rd && c->f.direct && (r->done & (FOLIO_ENGINE_DIRECT_ALIGN - 1))) {
-		engine_iov_zero(io->iov, io->iovcnt, r->done, io->len);
-		r->result = (ssize_t)io->len;
-		return CQE_DONE;
-	}
 	if (!ureq_advance(r, (size_t)res)) {
 		r->result = (ssize_t)r->done;
 		return CQE_DONE;
