@@ -84,6 +84,16 @@ static void mark_read_blocks(struct mapping_io *list)
 	free(p);
 }
 
+/* Start a builder of reads that @g waits for and finish_reads() walks
+ * afterwards (so it keeps them). */
+static void start_reads(struct folio_mapping *m, struct rq_builder *b,
+			struct io_group *g)
+{
+	io_group_init(g);
+	rqb_init(b, m, FOLIO_IO_READ, g, read_end_io);
+	b->keep = true;
+}
+
 /*
  * Wait for the reads a builder submitted; for each one that succeeded,
  * zero what lies past EOF and (when `mark`) set its blocks uptodate.
@@ -153,9 +163,7 @@ static int prepare_write(struct folio_mapping *m, struct folio *f, size_t off,
 	uint64_t eof = mapping_eof(m);
 	struct io_group g;
 	struct rq_builder b;
-	io_group_init(&g);
-	rqb_init(&b, m, FOLIO_IO_READ, &g, read_end_io);
-	b.keep = true;
+	start_reads(m, &b, &g);
 	int err = 0;
 	for (unsigned i = 0; i < nedge && !err; i++) {
 		/* Only the missing blocks of each edge; adjacent edge blocks
@@ -372,9 +380,7 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 		unsigned n = 0;
 		struct io_group g;
 		struct rq_builder b;
-		io_group_init(&g);
-		rqb_init(&b, m, FOLIO_IO_READ, &g, read_end_io);
-		b.keep = true;
+		start_reads(m, &b, &g);
 
 		/* Lock a batch of folios in position order and queue their
 		 * missing blocks; contiguous runs merge across folios. */
