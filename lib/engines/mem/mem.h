@@ -179,14 +179,6 @@ const struct folio_mem_fault *mem_fault_check(struct mem_ctx *c,
 void mem_seed(struct mem_ctx *c, uint64_t seed);
 /* Room for one more held request (lock held); -ENOMEM. */
 int mem_held_reserve(struct mem_ctx *c);
-/* Take every held request out (lock held); they count as completing.
- * The caller completes them with mem_complete_taken(). */
-struct mem_held *mem_held_take_all(struct mem_ctx *c, size_t *n);
-/* Complete @n taken requests with @result, or, when @perform, with what
- * mem_perform() gives each; then account for them, free @held and wake
- * waiters. Takes the lock (not held on entry). */
-void mem_complete_taken(struct mem_ctx *c, struct mem_held *held, size_t n,
-			bool perform, ssize_t result);
 /* Complete every held request with @err (lock held on entry, released on
  * return). */
 void mem_fail_held(struct mem_ctx *c, ssize_t err);

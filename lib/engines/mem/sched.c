@@ -64,7 +64,9 @@ int mem_held_reserve(struct mem_ctx *c)
 	return 0;
 }
 
-struct mem_held *mem_held_take_all(struct mem_ctx *c, size_t *n)
+/* Take every held request out (lock held); they count as completing.
+ * The caller completes them with complete_taken(). */
+static struct mem_held *held_take_all(struct mem_ctx *c, size_t *n)
 {
 	struct mem_held *held = c->held;
 	*n = c->nheld;
@@ -113,8 +115,11 @@ static void deliver(struct mem_ctx *c, struct mem_held *h, size_t n,
 	engine_own_leave(&mem_own, saved);
 }
 
-void mem_complete_taken(struct mem_ctx *c, struct mem_held *held, size_t n,
-			bool perform, ssize_t result)
+/* Complete @n taken requests with @result, or, when @perform, with what
+ * mem_perform() gives each; then account for them, free @held and wake
+ * waiters (lock not held). */
+static void complete_taken(struct mem_ctx *c, struct mem_held *held,
+			   size_t n, bool perform, ssize_t result)
 {
 	if (!perform) {
 		for (size_t i = 0; i < n; i++)
@@ -128,9 +133,9 @@ void mem_complete_taken(struct mem_ctx *c, struct mem_held *held, size_t n,
 void mem_fail_held(struct mem_ctx *c, ssize_t err)
 {
 	size_t n;
-	struct mem_held *held = mem_held_take_all(c, &n);
+	struct mem_held *held = held_take_all(c, &n);
 	pthread_mutex_unlock(&c->lock);
-	mem_complete_taken(c, held, n, false, err);
+	complete_taken(c, held, n, false, err);
 }
 
 void mem_deliver_one(struct mem_ctx *c, struct folio_io *io, ssize_t res)
@@ -297,7 +302,7 @@ int folio_engine_mem_set_mode(struct folio_engine *e,
 	c->mode = mode;
 	mem_seed(c, seed);
 	size_t n;
-	struct mem_held *held = mem_held_take_all(c, &n);
+	struct mem_held *held = held_take_all(c, &n);
 	pthread_cond_broadcast(&c->work_cv);
 	pthread_mutex_unlock(&c->lock);
 
@@ -305,7 +310,7 @@ int folio_engine_mem_set_mode(struct folio_engine *e,
 		mem_stop_thread(c);
 
 	/* Held requests complete with the outcome decided at submit. */
-	mem_complete_taken(c, held, n, true, 0);
+	complete_taken(c, held, n, true, 0);
 
 	pthread_mutex_lock(&c->lock);
 	c->switching = false;
