@@ -67,6 +67,14 @@ extern "C" {
 #define FOLIO_MAX_SIZE (2u * 1024u * 1024u) /* largest folio (compile-time) */
 #define FOLIO_DATA_ALIGN 4096u              /* folio memory alignment */
 
+/*
+ * Largest position any object may reach: every position and size the
+ * library accepts is at most this, so pos + len never overflows and every
+ * byte count and size fits an int64_t or ssize_t return. Mapping calls
+ * refuse positions past it with -EFBIG.
+ */
+#define FOLIO_MAX_POS (UINT64_C(1) << 62)
+
 /* ======================================================================
  * Layer 2: folios
  * ======================================================================
@@ -98,7 +106,7 @@ struct folio;
  * folio_new() - allocate a folio with all blocks not uptodate and clean.
  * @out:        receives the folio (reference count 1) on success.
  * @pos:        object position of the first byte; a multiple of @size,
- *              below 2^62 (the largest object position).
+ *              below FOLIO_MAX_POS.
  * @size:       folio size; a power of two, @block_size <= @size <= FOLIO_MAX_SIZE.
  * @block_size: a power of two, FOLIO_MIN_BLOCK_SIZE..FOLIO_MAX_BLOCK_SIZE.
  *
@@ -106,7 +114,7 @@ struct folio;
  * the per-block state lives in the same allocation as the folio header.
  *
  * Return: 0; -EINVAL for a NULL @out, a bad size or block size, or a
- * misaligned @pos or one at or past 2^62; -ENOMEM.
+ * misaligned @pos or one at or past FOLIO_MAX_POS; -ENOMEM.
  */
 FOLIO_EXPORT int folio_new(struct folio **out, uint64_t pos, size_t size,
 			   size_t block_size);
@@ -411,8 +419,8 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  * FOLIO_ENGINE_DIRECT_ALIGN); a direct read
  * that ends past end of file is zero-filled like any other. A request
  * with an unknown op, iovecs that do not add up to len, or a range past
- * 2^62 is refused with -EINVAL. flush() is fdatasync() and truncate() is
- * ftruncate() (-EINVAL past 2^62); both return -errno on failure. There
+ * FOLIO_MAX_POS is refused with -EINVAL. flush() is fdatasync() and
+ * truncate() is ftruncate() (-EINVAL past FOLIO_MAX_POS); both return -errno on failure. There
  * is no wait(): nothing is ever in flight once submit() has returned.
  *
  * Thread rules: submit, flush and truncate may run in any number of
@@ -536,7 +544,7 @@ struct folio_mapping_opts {
  *        never looks at the object itself).
  * Return: 0; -EINVAL for NULL, @opts->sz too small to hold @engine, a bad
  * geometry (sizes not powers of two, block < 512 or > 64 KiB, min <
- * block, max < min or > FOLIO_MAX_SIZE, size > 2^62) or unknown flags;
+ * block, max < min or > FOLIO_MAX_SIZE, size > FOLIO_MAX_POS) or unknown flags;
  * -E2BIG for a larger @opts with non-zero unknown bytes; -ENOMEM.
  */
 FOLIO_EXPORT int folio_mapping_new(struct folio_mapping **out,
@@ -557,7 +565,7 @@ FOLIO_EXPORT int folio_mapping_free(struct folio_mapping *m);
  * read (one engine request per contiguous run); blocks at or past EOF are
  * zero-filled. EOF grows to pos + written.
  * Return: bytes written (short when a later folio fails); -EINVAL for NULL
- * @m or NULL @buf with @len > 0; -EFBIG past 2^62; the engine's error (e.g.
+ * @m or NULL @buf with @len > 0; -EFBIG past FOLIO_MAX_POS; the engine's error (e.g.
  * -EIO) when the first folio fails, with nothing marked; -ENOMEM.
  */
 FOLIO_EXPORT ssize_t folio_mapping_write(struct folio_mapping *m,
@@ -569,7 +577,7 @@ FOLIO_EXPORT ssize_t folio_mapping_write(struct folio_mapping *m,
  * bytes beyond it. Missing blocks are read with as few engine requests as
  * the layout allows.
  * Return: bytes read (0 at/after EOF); -EINVAL for NULL @m or NULL @buf
- * with @len > 0; -EFBIG past 2^62; the engine's error (or -ENOMEM) when
+ * with @len > 0; -EFBIG past FOLIO_MAX_POS; the engine's error (or -ENOMEM) when
  * the first byte cannot be read (a later failure gives a short count).
  */
 FOLIO_EXPORT ssize_t folio_mapping_read(struct folio_mapping *m, void *buf,
@@ -635,7 +643,7 @@ FOLIO_EXPORT int folio_mapping_lookup(struct folio_mapping *m, uint64_t pos,
  * The engine is resized first (after writes in flight past the new size
  * ended): when its truncate() fails, the error is returned and nothing
  * changed, neither the size nor the cached bytes.
- * Return: 0; -EINVAL for NULL @m; -EFBIG past 2^62; the engine's error.
+ * Return: 0; -EINVAL for NULL @m; -EFBIG past FOLIO_MAX_POS; the engine's error.
  */
 FOLIO_EXPORT int folio_mapping_truncate(struct folio_mapping *m,
 					uint64_t size);
@@ -654,8 +662,8 @@ FOLIO_EXPORT int folio_mapping_truncate(struct folio_mapping *m,
  * by completed writes, set by truncate) and the end of the last dirty
  * block before @pos, at most @pos; bytes past the new EOF are zeroed.
  * Return: 0; -EBUSY when folios were kept (the others are still dropped);
- * -EINVAL for NULL @m or unknown @flags; -ERANGE when @pos is past 2^62 or
- * @pos + @len overflows or passes 2^62 (nothing changed).
+ * -EINVAL for NULL @m or unknown @flags; -ERANGE when @pos is past FOLIO_MAX_POS
+ * or @pos + @len overflows or passes FOLIO_MAX_POS (nothing changed).
  */
 FOLIO_EXPORT int folio_mapping_invalidate(struct folio_mapping *m,
 					  uint64_t pos, uint64_t len,

@@ -42,7 +42,7 @@ extern "C" {
  * disagrees with the map fails with -EIO (counted as misdirected); a write
  * ending past @capacity fails with -ENOSPC and writes nothing; then the
  * fault rules. A request with an unknown op, iovecs that do not add up to
- * len, or a range past 2^62 is refused with -EINVAL. Without the
+ * len, or a range past FOLIO_MAX_POS is refused with -EINVAL. Without the
  * volatile write cache (the default) a completed write is durable at
  * once, flush() only counts (and fails when a rule says so), and
  * truncate() zeroes and frees the store past the new size and sets the
