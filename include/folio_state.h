@@ -1,14 +1,34 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libfolio-state: large folios with per-block uptodate/dirty state for
- * userspace storage engines and caches.
+ * libfolio-state: large folios with per-block uptodate/dirty/unstable state
+ * for userspace storage engines and caches.
+ *
+ * Layers, each using only the ones before it:
+ *
+ *   base -> bitmap -> folio -> engine -> mapping, engines as plug-ins;
+ *   pool to come.
+ *
+ *   lib/base/     compiler, atomics, spinlock, futex, brlock, sized-struct
+ *                 check (internal)
+ *   lib/bitmap/   block bitmaps (internal)
+ *   lib/folio/    folio lifetime, lock, flags, per-block state
+ *   lib/engine/   engine object, request and wait plumbing
+ *   lib/mapping/  index, read/write, writeback, commit/flush, truncate,
+ *                 errseq
+ *   lib/engines/  the built-in engines (posix, io_uring, mem and the shared
+ *                 fd helpers): plug-ins that use only lib/engine/ and below
+ *
+ * This header has one section per public layer, in that order: folios,
+ * engines (with the posix and io_uring engines), mappings. The mem engine,
+ * for tests, has its own header: folio_state_mem.h.
  *
  * Conventions that hold for every function below unless it says otherwise:
  *  - A fallible call returns 0 (or a non-negative count) on success and a
  *    negative errno on failure. errno itself is never used as a side channel.
  *  - Bad input (NULL, a range outside the object, an overflowing range, a
  *    value that is not a power of two where one is required) returns -EINVAL
- *    or -ERANGE and changes nothing.
+ *    or -ERANGE (-EFBIG for a mapping range past FOLIO_MAX_POS) and changes
+ *    nothing.
  *  - Constructors take an out-parameter that is written only on success.
  *  - Every options, ops and stats struct starts with `size_t sz`; set it to
  *    sizeof(the struct). A caller built against an older, smaller struct
@@ -22,8 +42,14 @@
  *    is passed back unchanged. Engine callbacks return 0 or a negative
  *    errno; a positive value from them is treated as -EIO.
  *
- * Layers, each using only the ones before it: folio -> engine -> mapping.
- * The mem engine, for tests, has its own header: folio_state_mem.h.
+ * Every function's comment names each parameter (@name:), says under
+ * "Context:" which threads may call it, which locks the caller must or
+ * must not hold and whether it may sleep or do I/O (call engine
+ * callbacks), and lists under "Return:" its values and every error it
+ * returns. "Sleeps" means it may block until another thread acts; "the
+ * state lock" is a folio's spinlock, held for a few word operations.
+ * doc/check-api-doc.py checks that no parameter, Context or Return is
+ * missing.
  *
  * Durability contract (mappings): a write is in memory only (dirty) until
  * writeback hands it to the engine; once the engine completed it, it is
@@ -76,14 +102,16 @@ extern "C" {
 #define FOLIO_MAX_POS (UINT64_C(1) << 62)
 
 /* ======================================================================
- * Layer 2: folios
+ * Folios (lib/folio/)
  * ======================================================================
  *
  * A folio is a naturally aligned, power-of-two sized piece of one object's
  * data (`size` bytes at position `pos`, pos % size == 0), split into blocks
  * of `block_size` bytes. Each block has an uptodate bit (the memory holds
  * the object's bytes) and a dirty bit (the memory is newer than the backing
- * store). All bit changes happen under one small per-folio spinlock.
+ * store). All bit changes happen under one small per-folio spinlock, the
+ * state lock; a waiter spins, yielding the CPU after a while, and never
+ * sleeps on it.
  *
  * Ranges are byte ranges inside the folio, (off, len) with off + len <=
  * size. Setting rounds outward (a partly covered block counts); clearing
@@ -92,8 +120,13 @@ extern "C" {
  *
  * Thread rules: every function here may be called from any thread on a
  * folio the caller holds a reference to. State changes are atomic with
- * respect to each other. The flag predicates folio_test_*() read one atomic
- * word and take no lock.
+ * respect to each other. The flag tests folio_test_*() read one atomic
+ * word and take no lock; the range queries folio_is_*() take the state
+ * lock unless the flags already answer. Only folio_lock() and
+ * folio_wait_writeback() sleep. A folio that belongs to a mapping (from
+ * folio_mapping_lookup() or folio_mapping_write_begin()) is managed by the
+ * mapping: read its state and, under its lock, its data, but change them
+ * only through mapping calls, which also keep the mapping's dirty index.
  */
 struct folio;
 
@@ -107,166 +140,377 @@ struct folio;
  * @out:        receives the folio (reference count 1) on success.
  * @pos:        object position of the first byte; a multiple of @size,
  *              below FOLIO_MAX_POS.
- * @size:       folio size; a power of two, @block_size <= @size <= FOLIO_MAX_SIZE.
+ * @size:       folio size; a power of two, @block_size <= @size <=
+ *              FOLIO_MAX_SIZE.
  * @block_size: a power of two, FOLIO_MIN_BLOCK_SIZE..FOLIO_MAX_BLOCK_SIZE.
  *
- * The data is aligned to at least FOLIO_DATA_ALIGN bytes and zero-filled;
- * the per-block state lives in the same allocation as the folio header.
+ * The data is aligned to FOLIO_DATA_ALIGN bytes (ready for O_DIRECT) and
+ * zero-filled; the per-block state lives in the same allocation as the
+ * folio header, so no later state change needs memory.
  *
- * Return: 0; -EINVAL for a NULL @out, a bad size or block size, or a
+ * Context: any thread; allocates memory, takes no lock.
+ * Return: 0; -EINVAL for a NULL @out, a bad @size or @block_size, or a
  * misaligned @pos or one at or past FOLIO_MAX_POS; -ENOMEM.
  */
 FOLIO_EXPORT int folio_new(struct folio **out, uint64_t pos, size_t size,
 			   size_t block_size);
 
 /**
- * folio_get() - take another reference. Returns @f (NULL stays NULL).
+ * folio_get() - take another reference.
+ * @f: a folio the caller holds a reference to, or NULL.
+ *
+ * Take one before handing a folio to another thread, which drops it with
+ * folio_put().
+ *
+ * Context: any thread; one atomic operation.
+ * Return: @f (NULL stays NULL), so that `x = folio_get(f)` reads naturally.
  */
 FOLIO_EXPORT struct folio *folio_get(struct folio *f);
 
 /**
  * folio_put() - drop a reference; the last one frees the folio and its
- * memory. NULL is ignored. Never call it on a folio you hold no reference to.
+ * memory.
+ * @f: a folio the caller holds a reference to; NULL is ignored.
+ *
+ * Every folio_new(), folio_get(), successful folio_mapping_lookup() and
+ * folio_mapping_write_begin() needs exactly one put (for write_begin,
+ * folio_mapping_write_end() does it). A mapping holds its own reference
+ * to each folio it caches.
+ *
+ * Context: any thread; one atomic operation, plus free() for the last
+ * reference. Never put a reference you do not hold.
  */
 FOLIO_EXPORT void folio_put(struct folio *f);
 
-/** folio_data() - the folio's memory (folio_size() bytes); NULL for NULL. */
+/**
+ * folio_data() - the folio's memory: folio_size() bytes, byte i holding
+ * the object's byte folio_pos() + i.
+ * @f: the folio, or NULL.
+ *
+ * Context: any thread, lock-free (the address never changes). Whoever may
+ * change the bytes concurrently decides how they are shared: for a
+ * mapping's folio, read them only under the folio lock.
+ * Return: the memory; NULL for NULL.
+ */
 FOLIO_EXPORT void *folio_data(const struct folio *f);
-/** folio_pos() - object position of byte 0 of the folio; 0 for NULL. */
+
+/**
+ * folio_pos() - object position of byte 0 of the folio.
+ * @f: the folio, or NULL.
+ * Context: any thread, lock-free (the geometry never changes).
+ * Return: the position; 0 for NULL.
+ */
 FOLIO_EXPORT uint64_t folio_pos(const struct folio *f);
-/** folio_size() - folio size in bytes; 0 for NULL. */
+
+/**
+ * folio_size() - folio size in bytes.
+ * @f: the folio, or NULL.
+ * Context: any thread, lock-free (the geometry never changes).
+ * Return: the size; 0 for NULL.
+ */
 FOLIO_EXPORT size_t folio_size(const struct folio *f);
-/** folio_block_size() - block size in bytes; 0 for NULL. */
+
+/**
+ * folio_block_size() - block size in bytes, the unit of uptodate and dirty
+ * tracking.
+ * @f: the folio, or NULL.
+ * Context: any thread, lock-free (the geometry never changes).
+ * Return: the block size; 0 for NULL.
+ */
 FOLIO_EXPORT size_t folio_block_size(const struct folio *f);
 
 /**
- * folio_set_uptodate() - mark the blocks touched by [off, off+len) uptodate.
- * Call it only after those bytes really hold the object's data.
+ * folio_set_uptodate() - mark the blocks touched by [@off, @off + @len)
+ * uptodate.
+ * @f:   the folio.
+ * @off: first byte of the range, relative to the folio.
+ * @len: bytes in the range; 0 does nothing.
  *
- * Return: a mask of FOLIO_BECAME_* bits (0 when this call made neither
- * folio-wide transition, also when it marked blocks); -EINVAL for NULL;
- * -ERANGE when the range leaves the folio or overflows.
+ * Call it only after those blocks really hold the object's data: setting
+ * rounds outward, so a partly covered block becomes uptodate as a whole.
+ *
+ * Context: any thread; takes @f's state lock briefly, never sleeps.
+ * Return: a mask of FOLIO_BECAME_* bits: FOLIO_BECAME_UPTODATE when this
+ * call made the folio's last missing block uptodate, else 0 (also when it
+ * marked blocks); -EINVAL for NULL @f; -ERANGE when the range leaves the
+ * folio or overflows (nothing changed).
  */
 FOLIO_EXPORT int folio_set_uptodate(struct folio *f, size_t off, size_t len);
 
 /**
- * folio_set_dirty() - mark the blocks touched by [off, off+len) dirty.
- * Return: as folio_set_uptodate().
+ * folio_set_dirty() - mark the blocks touched by [@off, @off + @len) dirty,
+ * leaving their uptodate bits alone.
+ * @f:   the folio.
+ * @off: first byte of the range, relative to the folio.
+ * @len: bytes in the range; 0 does nothing.
+ *
+ * For putting runs back after a failed write, or for blocks already known
+ * to be uptodate; fresh writes use folio_set_dirty_uptodate(). A dirty
+ * block is written back as it is, so it must hold valid data. On a
+ * mapping's folio this bypasses the mapping's dirty index, and the block
+ * would never be written back: use the mapping's write calls there.
+ *
+ * Context: any thread; takes @f's state lock briefly, never sleeps.
+ * Return: FOLIO_BECAME_DIRTY when the folio had no dirty block before (the
+ * moment to queue it for writeback), else 0; -EINVAL for NULL @f; -ERANGE
+ * when the range leaves the folio or overflows (nothing changed).
  */
 FOLIO_EXPORT int folio_set_dirty(struct folio *f, size_t off, size_t len);
 
 /**
  * folio_set_dirty_uptodate() - the write fast path: mark the blocks touched
- * by [off, off+len) dirty and uptodate under ONE lock acquisition. When the
- * folio is already fully uptodate only the dirty bits are touched. The
- * caller must have made every touched block valid (edge blocks read or
- * zero-filled) before calling.
+ * by [@off, @off + @len) dirty and uptodate under ONE lock acquisition.
+ * @f:   the folio.
+ * @off: first byte of the range, relative to the folio.
+ * @len: bytes in the range; 0 does nothing.
  *
- * Return: as folio_set_uptodate().
+ * When the folio is already fully uptodate only the dirty bits are
+ * touched. The caller must have made every touched block valid (edge
+ * blocks read or zero-filled) before calling, as the whole block becomes
+ * uptodate.
+ *
+ * Context: any thread; takes @f's state lock briefly, never sleeps.
+ * Return: a mask of FOLIO_BECAME_DIRTY and FOLIO_BECAME_UPTODATE (either,
+ * both or neither); -EINVAL for NULL @f; -ERANGE when the range leaves the
+ * folio or overflows (nothing changed).
  */
 FOLIO_EXPORT int folio_set_dirty_uptodate(struct folio *f, size_t off,
 					  size_t len);
 
 /**
  * folio_clear_dirty() - clear the dirty bit of every block wholly inside
- * [off, off+len). Partly covered blocks stay dirty.
+ * [@off, @off + @len).
+ * @f:   the folio.
+ * @off: first byte of the range, relative to the folio.
+ * @len: bytes in the range; 0 does nothing.
  *
- * Return: 0; -EINVAL for NULL; -ERANGE for a bad range.
+ * Partly covered blocks stay dirty. The DIRTY flag goes with the last
+ * dirty block. To write blocks back, folio_take_dirty() finds and clears
+ * in one step.
+ *
+ * Context: any thread; takes @f's state lock briefly, never sleeps.
+ * Return: 0; -EINVAL for NULL @f; -ERANGE when the range leaves the folio
+ * or overflows.
  */
 FOLIO_EXPORT int folio_clear_dirty(struct folio *f, size_t off, size_t len);
 
 /**
  * folio_clear_uptodate() - forget the contents of every block wholly inside
- * [off, off+len) that is not dirty (a dirty block is the only copy of its
- * data and keeps its uptodate bit).
+ * [@off, @off + @len) that is not dirty.
+ * @f:   the folio.
+ * @off: first byte of the range, relative to the folio.
+ * @len: bytes in the range; 0 does nothing.
  *
- * Return: 0; -EINVAL for NULL; -ERANGE for a bad range.
+ * A dirty block is the only copy of its data and keeps its uptodate bit.
+ *
+ * Context: any thread; takes @f's state lock briefly, never sleeps.
+ * Return: 0; -EINVAL for NULL @f; -ERANGE when the range leaves the folio
+ * or overflows.
  */
 FOLIO_EXPORT int folio_clear_uptodate(struct folio *f, size_t off, size_t len);
 
 /**
- * folio_is_uptodate() - are all blocks touched by [off, off+len) uptodate?
- * Return: 1 yes, 0 no (len == 0 gives 1); -EINVAL / -ERANGE on bad input.
+ * folio_is_uptodate() - is every block touched by [@off, @off + @len)
+ * uptodate?
+ * @f:   the folio.
+ * @off: first byte of the range, relative to the folio.
+ * @len: bytes in the range.
+ *
+ * The answer may be stale when it arrives unless nothing else changes the
+ * folio meanwhile (for a mapping's folio: the caller holds its lock).
+ *
+ * Context: any thread; lock-free when the UPTODATE flag answers, else
+ * takes @f's state lock briefly; never sleeps.
+ * Return: 1 yes, 0 no (1 for @len 0); -EINVAL for NULL @f; -ERANGE when
+ * the range leaves the folio or overflows. Compare with == 1: an error is
+ * non-zero too.
  */
 FOLIO_EXPORT int folio_is_uptodate(struct folio *f, size_t off, size_t len);
 
 /**
- * folio_is_dirty() - is any block touched by [off, off+len) dirty?
- * Return: 1 yes, 0 no (len == 0 gives 0); -EINVAL / -ERANGE on bad input.
+ * folio_is_dirty() - is any block touched by [@off, @off + @len) dirty?
+ * @f:   the folio.
+ * @off: first byte of the range, relative to the folio.
+ * @len: bytes in the range.
+ *
+ * Context: any thread; lock-free when the DIRTY flag answers, else takes
+ * @f's state lock briefly; never sleeps.
+ * Return: 1 yes, 0 no (0 for @len 0); -EINVAL for NULL @f; -ERANGE when
+ * the range leaves the folio or overflows. Compare with == 1.
  */
 FOLIO_EXPORT int folio_is_dirty(struct folio *f, size_t off, size_t len);
 
-/** folio_test_uptodate() - is every block uptodate? Lock-free; NULL: false. */
+/**
+ * folio_test_uptodate() - is every block uptodate (the UPTODATE flag)?
+ * @f: the folio, or NULL.
+ * Context: any thread; one atomic load, no lock. Like any unlocked read,
+ * the answer describes a moment that may already have passed.
+ * Return: true or false; false for NULL.
+ */
 FOLIO_EXPORT bool folio_test_uptodate(const struct folio *f);
-/** folio_test_dirty() - is any block dirty? Lock-free; NULL: false. */
+
+/**
+ * folio_test_dirty() - is any block dirty (the DIRTY flag)?
+ * @f: the folio, or NULL.
+ * Context: any thread; one atomic load, no lock.
+ * Return: true or false; false for NULL.
+ */
 FOLIO_EXPORT bool folio_test_dirty(const struct folio *f);
-/** folio_test_writeback() - is write I/O in flight? Lock-free; NULL: false. */
+
+/**
+ * folio_test_writeback() - is write I/O in flight (the WRITEBACK flag)?
+ * @f: the folio, or NULL.
+ * Context: any thread; one atomic load, no lock.
+ * Return: true or false; false for NULL.
+ */
 FOLIO_EXPORT bool folio_test_writeback(const struct folio *f);
-/** folio_test_locked() - is the folio locked (folio_lock)? NULL: false. */
+
+/**
+ * folio_test_locked() - is the content lock held (folio_lock())?
+ * @f: the folio, or NULL.
+ * Context: any thread; one atomic load, no lock. The lock records no
+ * owner: true does not say who holds it.
+ * Return: true or false; false for NULL.
+ */
 FOLIO_EXPORT bool folio_test_locked(const struct folio *f);
 
 /**
  * folio_next_dirty() - find the first run of dirty blocks at or after the
- * block holding *@off.
- * @off: in: where to start (bytes); out: the run's first byte (block
- *       aligned). Unchanged when there is no run.
+ * block holding *@off, without changing anything.
+ * @f:   the folio.
+ * @off: in: where to start (bytes; folio_size() is allowed and finds no
+ *       run); out: the run's first byte (block aligned). Unchanged when
+ *       there is no run. Walk all runs by adding each run's length to it.
  *
+ * Context: any thread; lock-free when the DIRTY flag says there is none,
+ * else takes @f's state lock briefly; never sleeps.
  * Return: the run length in bytes (a multiple of the block size), 0 when
- * there is none, -EINVAL for NULL, -ERANGE when *@off > folio_size().
+ * there is none; -EINVAL for NULL @f or @off; -ERANGE when *@off >
+ * folio_size().
  */
 FOLIO_EXPORT ssize_t folio_next_dirty(struct folio *f, size_t *off);
 
 /**
  * folio_next_missing() - like folio_next_dirty() for blocks that are NOT
  * uptodate (the runs a reader has to fetch).
+ * @f:   the folio.
+ * @off: in/out, as for folio_next_dirty().
+ *
+ * Context: as folio_next_dirty() (lock-free when the UPTODATE flag says
+ * nothing is missing).
+ * Return: as folio_next_dirty().
  */
 FOLIO_EXPORT ssize_t folio_next_missing(struct folio *f, size_t *off);
 
 /** A byte range inside a folio. */
 struct folio_range {
-	size_t off;
-	size_t len;
+	size_t off; /* first byte, relative to the folio */
+	size_t len; /* bytes */
 };
 
 /**
  * folio_take_dirty() - under one lock acquisition, return the dirty runs of
  * the folio in offset order and clear them (what writeback does).
+ * @f:        the folio.
  * @runs:     array receiving up to @max_runs runs.
  * @max_runs: capacity of @runs; when the folio has more runs, only the first
  *            @max_runs are taken and the rest stay dirty for the next call.
  *
+ * A block dirtied again after the call is simply dirty again. A run whose
+ * write fails must be put back with folio_set_dirty(). Hold WRITEBACK
+ * (folio_start_writeback()) around take and write, so two writers never
+ * write the same folio at once.
+ *
+ * Context: any thread; takes @f's state lock once, never sleeps.
  * Return: the number of runs taken (0: the folio was clean); -EINVAL for a
- * NULL argument or @max_runs == 0.
+ * NULL @f or @runs, or @max_runs == 0.
  */
 FOLIO_EXPORT int folio_take_dirty(struct folio *f, struct folio_range *runs,
 				  size_t max_runs);
 
 /**
  * folio_lock() - take the folio's content lock (the LOCKED flag), sleeping
- * while another thread holds it. The mapping layer holds it while it changes
- * a folio's contents or structure; users of bare folios may use it the same
- * way. Not recursive. Return: 0; -EINVAL for NULL.
+ * while another thread holds it.
+ * @f: the folio.
+ *
+ * Hold it while changing a folio's contents or structure, so that two
+ * writers, or a writer and a reader copying out, do not interleave. The
+ * mapping layer holds it while it changes a folio; users of bare folios
+ * may use it the same way. Not recursive; no owner is recorded.
+ *
+ * Context: any thread; sleeps (on a futex) until the lock is free. Lock
+ * several folios in ascending position order, as the library does. While
+ * holding the lock of a mapping's folio, call on that mapping only
+ * folio_mapping_lookup(), folio_mapping_size(), folio_mapping_stats(),
+ * folio_mapping_err_cursor(), folio_mapping_dirty_ranges() and the
+ * write_end() of your own write_begin(): any other mapping call may wait
+ * for the lock you hold, directly or through another thread.
+ * Return: 0; -EINVAL for NULL @f.
  */
 FOLIO_EXPORT int folio_lock(struct folio *f);
-/** folio_trylock() - 1 if the lock was taken, 0 if busy, -EINVAL for NULL. */
+
+/**
+ * folio_trylock() - take the content lock if it is free.
+ * @f: the folio.
+ * Context: any thread; never sleeps. Once taken, the rules of folio_lock()
+ * apply.
+ * Return: 1 when the lock was taken, 0 when it is busy; -EINVAL for NULL @f.
+ */
 FOLIO_EXPORT int folio_trylock(struct folio *f);
-/** folio_unlock() - release the lock and wake waiters. Return: 0; -EINVAL
- * for NULL; -EPERM when the folio was not locked. */
+
+/**
+ * folio_unlock() - release the content lock and wake its waiters.
+ * @f: a folio locked with folio_lock() or folio_trylock().
+ *
+ * Do not use it on the folio folio_mapping_write_begin() returned: that
+ * lock ends with folio_mapping_write_end(), which would then fail with
+ * -EINVAL and leave write_begin()'s reference held.
+ *
+ * Context: any thread (not only the one that locked); never sleeps.
+ * Return: 0; -EINVAL for NULL @f; -EPERM when @f was not locked.
+ */
 FOLIO_EXPORT int folio_unlock(struct folio *f);
 
 /**
- * folio_start_writeback() - set the WRITEBACK flag (write I/O is about to be
- * in flight). Return: 0; -EBUSY when already set; -EINVAL for NULL.
+ * folio_start_writeback() - set the WRITEBACK flag: write I/O of the folio
+ * is about to be in flight.
+ * @f: a bare folio. A mapping sets and clears its folios' WRITEBACK itself.
+ *
+ * It doubles as "one writeback at a time": a second caller gets -EBUSY.
+ *
+ * Context: any thread; one atomic operation, never sleeps.
+ * Return: 0; -EBUSY when already set; -EINVAL for NULL @f.
  */
 FOLIO_EXPORT int folio_start_writeback(struct folio *f);
-/** folio_end_writeback() - clear WRITEBACK and wake folio_wait_writeback()
- * callers. Return: 0; -EPERM when not set; -EINVAL for NULL. */
+
+/**
+ * folio_end_writeback() - clear WRITEBACK and wake folio_wait_writeback()
+ * callers.
+ * @f: a bare folio whose WRITEBACK flag the caller set.
+ * Context: any thread; never sleeps.
+ * Return: 0; -EPERM when WRITEBACK was not set; -EINVAL for NULL @f.
+ */
 FOLIO_EXPORT int folio_end_writeback(struct folio *f);
-/** folio_wait_writeback() - sleep until WRITEBACK is clear. 0 / -EINVAL. */
+
+/**
+ * folio_wait_writeback() - sleep until WRITEBACK is clear.
+ * @f: the folio.
+ *
+ * A writer whose data must not change while it is being written
+ * (checksums computed in flight) waits here before copying;
+ * FOLIO_MAPPING_STABLE_WRITES does that inside a mapping.
+ *
+ * Context: any thread; sleeps (on a futex). It does not drive an engine's
+ * wait(): for a mapping's folio over a polled engine (io_uring without its
+ * completion thread, a mem engine in POLL mode) some other thread must be
+ * reaping completions, or the sleep does not end.
+ * Return: 0; -EINVAL for NULL @f.
+ */
 FOLIO_EXPORT int folio_wait_writeback(struct folio *f);
 
 /* ======================================================================
- * Layer 3: engines (the I/O boundary)
+ * Engines (lib/engine/; built-in engines in lib/engines/): the I/O
+ * boundary
  * ======================================================================
  *
  * The library never does I/O itself: it builds `struct folio_io` requests
@@ -275,8 +519,8 @@ FOLIO_EXPORT int folio_wait_writeback(struct folio *f);
  * folio_io_complete(), from any thread, possibly before submit() returns.
  */
 enum folio_io_op {
-	FOLIO_IO_READ = 0,
-	FOLIO_IO_WRITE = 1,
+	FOLIO_IO_READ = 0,  /* fill the iovecs from the backing store */
+	FOLIO_IO_WRITE = 1, /* store the iovecs' bytes */
 };
 
 /* Extent flags (struct folio_extent.flags, passed on in folio_io.flags). */
@@ -286,10 +530,11 @@ enum folio_io_op {
 /** What the optional map() callback returns: file bytes [pos, pos+len)
  * live at device bytes [dev_pos, dev_pos+len). */
 struct folio_extent {
-	uint64_t pos;
-	uint64_t len;
-	uint64_t dev_pos;
-	uint32_t flags;
+	uint64_t pos;     /* first file byte; at most the position asked for */
+	uint64_t len;     /* bytes; > 0 and covering the position asked for
+			   * (more or fewer than the length asked for) */
+	uint64_t dev_pos; /* device position of file byte pos */
+	uint32_t flags;   /* FOLIO_EXTENT_* */
 };
 
 /** One I/O request. Built by the library; the engine reads every field and
@@ -301,59 +546,85 @@ struct folio_io {
 	uint64_t dev_pos;     /* device position (== pos without map()) */
 	size_t len;           /* total bytes = sum of iov lengths */
 	struct iovec *iov;    /* points into folio memory */
-	int iovcnt;
+	int iovcnt;           /* entries in iov; the array is the library's:
+			       * do not modify it */
 	void *engine_data;    /* free for the engine */
 };
 
 /**
  * folio_io_complete() - finish a request the engine accepted.
- * @result: bytes transferred (may be less than io->len: a short transfer)
- *          or a negative errno.
+ * @io:     a request submit() accepted (returned 0 for); NULL is ignored.
+ * @result: bytes transferred or a negative errno. Less than io->len is a
+ *          short transfer: for a write the library writes the rest again;
+ *          a short read fails the read with -EIO (engines zero-fill past
+ *          the end of the object instead).
  *
- * Callable from any thread, including inside submit() (synchronous
- * engines). After it returns the engine must not touch @io again.
- * A NULL @io is ignored.
+ * Call it exactly once per accepted request, never for a refused one.
+ * After it returns the engine must not touch @io, its iovecs or
+ * engine_data again.
+ *
+ * Context: any thread, including inside submit() (synchronous engines),
+ * inside wait() and on an engine thread. It never sleeps on I/O and never
+ * calls an engine callback; it briefly takes the mapping's index lock and
+ * folio state locks, and wakes the threads waiting for the request, which
+ * often submit more at once (complete outside the engine's own lock when
+ * you can).
  */
 FOLIO_EXPORT void folio_io_complete(struct folio_io *io, ssize_t result);
 
 /*
- * Engine callbacks. They may be called from any thread that uses the
- * mapping, while the library holds folio locks and mapping locks, so they
- * must not call back into the mapping (folio_io_complete() is the one
- * library call they make). A read must transfer its full length, zero-
- * filling past the end of the object: a short read completes as -EIO.
- * A write may complete short; the library resubmits the rest.
+ * Engine callbacks. Each gets the ctx given at creation. They may be
+ * called from any thread that uses a mapping over the engine, several at
+ * once, while the library holds folio locks and mapping locks, so they
+ * must not call mapping functions (folio_io_complete() is the one library
+ * call they make); they may sleep. A read must transfer its full length,
+ * zero-filling past the end of the object: a short read completes as
+ * -EIO. A write may complete short; the library resubmits the rest.
  */
 struct folio_engine_ops {
 	size_t sz; /* sizeof(struct folio_engine_ops) */
-	/* Start @io. Return 0 when accepted (complete() will be called
-	 * exactly once) or a negative errno when refused (it will not). */
+	/* Required. Start @io. Return 0 when accepted (complete() will be
+	 * called exactly once, possibly before submit() returns) or a
+	 * negative errno when refused (it will not be; the library fails the
+	 * request with that error). Called by reads, writes (edge blocks) and
+	 * writeback with folio locks held. */
 	int (*submit)(void *ctx, struct folio_io *io);
-	/* Durability barrier over every write completed before the call.
-	 * On failure return -errno: the library then treats everything it
-	 * wrote since the last successful flush as possibly lost and writes
-	 * it again. Flushes of one mapping are never concurrent. */
+	/* Required. Durability barrier over every write completed before the
+	 * call. On failure return -errno: the library then treats everything
+	 * it wrote since the last successful flush as possibly lost and
+	 * writes it again. Called by sync with no library lock held. Flushes
+	 * of one mapping are never concurrent (two mappings over one engine
+	 * may flush at once). */
 	int (*flush)(void *ctx);
-	/* Resize the backing object: bytes past @size are gone and a later
-	 * grow reads zeros there. */
+	/* Required. Resize the backing object: bytes past @size are gone and
+	 * a later grow reads zeros there. Called by folio_mapping_truncate(),
+	 * and by sync to redo truncates a failed flush may have lost, with
+	 * the mapping's io_lock held exclusively (no read, write or writeback
+	 * of that mapping runs) and no write in flight past @size. */
 	int (*truncate)(void *ctx, uint64_t size);
-	/* Optional: the extent holding @pos (its len may exceed @len). */
+	/* Optional: fill @ext with the extent holding @pos (its len may
+	 * exceed @len or fall short of it; an extent that does not hold @pos
+	 * fails the request with -EIO). Called while requests are built, with
+	 * folio locks held; the library asks again only for positions outside
+	 * the last extent of a batch. */
 	int (*map)(void *ctx, uint64_t pos, uint64_t len,
 		   struct folio_extent *ext);
 	/* Optional: reap at least one completion of an in-flight request,
 	 * blocking if needed; return 0 at once when nothing is in flight.
-	 * May be called from several threads at once. Without it the
-	 * library sleeps until the engine completes requests from its own
-	 * threads. A negative return is reported by the operation that was
-	 * waiting (sync returns it); the library still waits for its
-	 * requests, calling wait() again after a growing pause (up to
-	 * 10 ms), since they point into its memory. */
+	 * May be called from several threads at once, with folio locks held.
+	 * Without it the library sleeps until the engine completes requests
+	 * from its own threads. A negative return is reported by the
+	 * operation that was waiting (sync returns it); the library still
+	 * waits for its requests, calling wait() again after a growing pause
+	 * (up to 10 ms), since they point into its memory. */
 	int (*wait)(void *ctx);
-	/* Optional: called once by folio_engine_free(). */
+	/* Optional: called once by folio_engine_free(), last. */
 	void (*destroy)(void *ctx);
 	/* Optional: the library has submitted a batch; start any requests
 	 * the engine queued without starting (an io_uring engine submits
-	 * its queue here). Called after every batch of submit() calls. */
+	 * its queue here). Called after every batch of submit() calls; its
+	 * return value is not used (requests it could not start must still
+	 * complete, for instance from wait()). */
 	int (*unplug)(void *ctx);
 };
 
@@ -361,23 +632,44 @@ struct folio_engine;
 
 /**
  * folio_engine_new() - wrap user callbacks into an engine.
- * @ops: copied; submit, flush and truncate are required. @ops->sz must be
- *       at least the size of the fields up to and including truncate.
- * @ctx: passed to every callback.
- * Return: 0; -EINVAL for NULL or missing callbacks; -ENOMEM.
+ * @out: receives the engine on success.
+ * @ops: copied, so it may live on the stack; submit, flush and truncate
+ *       are required. @ops->sz must be at least the size of the fields up
+ *       to and including truncate.
+ * @ctx: passed to every callback; folio_engine_ctx() returns it.
+ *
+ * Context: any thread; calls no callback. On failure the caller still
+ * owns @ctx.
+ * Return: 0; -EINVAL for a NULL @out or @ops, an @ops->sz below truncate,
+ * or a missing required callback; -E2BIG for a larger @ops whose bytes
+ * past the struct this library knows are not all zero; -ENOMEM.
  */
 FOLIO_EXPORT int folio_engine_new(struct folio_engine **out,
 				  const struct folio_engine_ops *ops,
 				  void *ctx);
 
 /**
- * folio_engine_free() - destroy an engine (calls ops->destroy).
- * Return: 0; -EBUSY while a mapping still uses it (nothing is freed);
- * 0 for NULL.
+ * folio_engine_free() - destroy an engine: call ops->destroy, then free it.
+ * @e: the engine; NULL does nothing.
+ *
+ * Free the mappings over @e first. The descriptor of a posix or io_uring
+ * engine is not closed: it stays the caller's.
+ *
+ * Context: no other call on @e may run (folio_mapping_new() over it
+ * included), and not from an engine callback or a completion. The
+ * built-in engines' destroy waits for (io_uring) or cancels (mem)
+ * requests still in flight, so it may sleep.
+ * Return: 0 (also for NULL); -EBUSY while a mapping uses @e (nothing is
+ * freed).
  */
 FOLIO_EXPORT int folio_engine_free(struct folio_engine *e);
 
-/** folio_engine_ctx() - the ctx given at creation (NULL for NULL). */
+/**
+ * folio_engine_ctx() - the ctx given at creation.
+ * @e: the engine, or NULL.
+ * Context: any thread, lock-free.
+ * Return: the ctx (a built-in engine's private state); NULL for NULL.
+ */
 FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
 
 /* Flags of folio_engine_posix() / folio_engine_uring(). */
@@ -420,12 +712,14 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  * that ends past end of file is zero-filled like any other. A request
  * with an unknown op, iovecs that do not add up to len, or a range past
  * FOLIO_MAX_POS is refused with -EINVAL. flush() is fdatasync() and
- * truncate() is ftruncate() (-EINVAL past FOLIO_MAX_POS); both return -errno on failure. There
- * is no wait(): nothing is ever in flight once submit() has returned.
+ * truncate() is ftruncate() (-EINVAL past FOLIO_MAX_POS); both return
+ * -errno on failure. There is no wait(): nothing is ever in flight once
+ * submit() has returned.
  *
- * Thread rules: submit, flush and truncate may run in any number of
- * threads at once (positioned I/O shares no file offset).
- *
+ * Context: creation from any thread (fcntl() and fstat() on @fd; in
+ * direct mode an open() of /proc/self/fd/@fd). The engine's submit, flush
+ * and truncate may run in any number of threads at once (positioned I/O
+ * shares no file offset); each sleeps in its system calls.
  * Return: 0; -EINVAL for NULL @out, a negative @fd, unknown flags, or an
  * @fd that is not a regular file or block device (a pipe, socket or
  * directory) or was opened with O_APPEND (pwrite() would append wherever
@@ -478,15 +772,17 @@ FOLIO_EXPORT int folio_engine_posix(struct folio_engine **out, int fd,
  * folio_engine_free() waits until every accepted request has completed,
  * stops the thread and closes the ring.
  *
- * Thread rules: every callback may run in any number of threads at once,
- * including inside a completion. Do not free the engine from a completion.
- *
+ * Context: creation from any thread (it sets up a ring and may start a
+ * thread). Every callback may run in any number of threads at once,
+ * including inside a completion; wait(), flush() and truncate() sleep. Do
+ * not free the engine from a completion.
  * Return: 0; -EINVAL for NULL @out, a negative @fd, @depth outside
  * 1..4096, unknown flags, or an @fd posix refuses (see there); -EBADF when
  * @fd is not open or is an O_PATH descriptor; -ENOSYS when the
- * library was built without io_uring; the error of io_uring_queue_init()
- * (e.g. -ENOSYS or -EPERM where io_uring is disabled); -EAGAIN when the
- * completion thread cannot start; -ENOMEM.
+ * library was built without io_uring (arguments are still checked, the
+ * descriptor is not); the error of io_uring_queue_init() (e.g. -ENOSYS or
+ * -EPERM where io_uring is disabled); -EAGAIN when the completion thread
+ * cannot start; -ENOMEM.
  */
 FOLIO_EXPORT int folio_engine_uring(struct folio_engine **out, int fd,
 				    unsigned depth, unsigned flags);
@@ -498,7 +794,7 @@ FOLIO_EXPORT int folio_engine_uring(struct folio_engine **out, int fd,
  */
 
 /* ======================================================================
- * Layer 4: mappings (the cache of one object)
+ * Mappings (lib/mapping/): the cache of one object
  * ====================================================================== */
 /*
  * Thread rules for every mapping function: any number of threads may call
@@ -509,7 +805,14 @@ FOLIO_EXPORT int folio_engine_uring(struct folio_engine **out, int fd,
  * writes; truncate and invalidate briefly exclude reads and writes.
  * folio_mapping_free() must be the last call, made when no other thread
  * uses the mapping. The exceptions are spelled out per function
- * (write_begin/write_end).
+ * (write_begin/write_end, the error cursor of sync).
+ *
+ * Locks, outermost first: the mapping's io_lock (shared by reads, writes
+ * and writeback; exclusive for truncate, invalidate and free), folio
+ * locks in ascending position order, the index lock, folio state locks.
+ * The only one a caller holds across calls is a folio lock; while holding
+ * one of a mapping's folios, call on that mapping only what folio_lock()
+ * lists.
  */
 struct folio_mapping;
 
@@ -527,7 +830,7 @@ struct folio_mapping;
 					  * must write whole folios) */
 
 struct folio_mapping_opts {
-	size_t sz;
+	size_t sz;             /* sizeof(struct folio_mapping_opts) */
 	size_t block_size;     /* default 4096 */
 	size_t min_folio_size; /* default block_size */
 	size_t max_folio_size; /* default FOLIO_MAX_SIZE */
@@ -542,31 +845,62 @@ struct folio_mapping_opts {
  * @opts: required; @opts->engine is required and must outlive the mapping;
  *        @opts->size is the backing object's current size (the mapping
  *        never looks at the object itself).
+ *
+ * The mapping's own error cursor (folio_mapping_sync() with a NULL
+ * cursor) starts here.
+ *
+ * Context: any thread; allocates, calls no engine callback. From now on
+ * folio_engine_free() refuses the engine until folio_mapping_free().
  * Return: 0; -EINVAL for NULL, @opts->sz too small to hold @engine, a bad
  * geometry (sizes not powers of two, block < 512 or > 64 KiB, min <
- * block, max < min or > FOLIO_MAX_SIZE, size > FOLIO_MAX_POS) or unknown flags;
- * -E2BIG for a larger @opts with non-zero unknown bytes; -ENOMEM.
+ * block, max < min or > FOLIO_MAX_SIZE, size > FOLIO_MAX_POS) or unknown
+ * flags; -E2BIG for a larger @opts with non-zero unknown bytes; -ENOMEM.
  */
 FOLIO_EXPORT int folio_mapping_new(struct folio_mapping **out,
 				   const struct folio_mapping_opts *opts);
 
 /**
  * folio_mapping_free() - drop every clean folio and free the mapping.
- * Call it when no other thread uses the mapping.
+ * @m: the mapping; NULL does nothing.
+ *
+ * It neither writes back nor flushes: sync first. References the caller
+ * still holds to its folios stay valid (the folios just leave the
+ * mapping).
+ *
+ * Context: the last call on @m, made when no other thread uses it; takes
+ * io_lock exclusively, does no I/O. A folio the caller holds locked makes
+ * it -EBUSY.
  * Return: 0 (also for NULL); -EBUSY when any dirty or unstable (written,
- * not yet flushed) data or I/O remains, or a folio is locked (a write_begin() without its write_end()): then
- * nothing is freed (sync first, or invalidate with FOLIO_INVALIDATE_DISCARD).
+ * not yet flushed) data or I/O remains, or a folio is locked (a
+ * write_begin() without its write_end()): then nothing is freed (sync
+ * first, or invalidate with FOLIO_INVALIDATE_DISCARD).
  */
 FOLIO_EXPORT int folio_mapping_free(struct folio_mapping *m);
 
 /**
  * folio_mapping_write() - buffered write of @len bytes at @pos, like
- * pwrite(2). Per folio only partly covered, not-uptodate edge blocks are
- * read (one engine request per contiguous run); blocks at or past EOF are
- * zero-filled. EOF grows to pos + written.
- * Return: bytes written (short when a later folio fails); -EINVAL for NULL
- * @m or NULL @buf with @len > 0; -EFBIG past FOLIO_MAX_POS; the engine's error (e.g.
- * -EIO) when the first folio fails, with nothing marked; -ENOMEM.
+ * pwrite(2).
+ * @m:   the mapping.
+ * @buf: the bytes to write (may be NULL when @len is 0).
+ * @len: bytes to write.
+ * @pos: object position of the first byte.
+ *
+ * Per folio only partly covered, not-uptodate edge blocks are read (one
+ * engine request per contiguous run); blocks at or past EOF are
+ * zero-filled. EOF grows to pos + written. Nothing is durable before a
+ * sync returns 0.
+ *
+ * Context: any thread, concurrently with other calls on @m; takes io_lock
+ * shared and each folio's lock in turn; sleeps and does I/O (edge reads;
+ * with FOLIO_MAPPING_STABLE_WRITES, waiting for the folio's writeback).
+ * The caller must hold no lock of a folio of @m.
+ * Return: bytes written (short when a later folio fails; the bytes counted
+ * are in the cache); -EINVAL for NULL @m or NULL @buf with @len > 0;
+ * -EFBIG when [@pos, @pos + @len) reaches past FOLIO_MAX_POS or @pos is
+ * FOLIO_MAX_POS (nothing written); when the first folio fails, with
+ * nothing marked: -ENOMEM, or the error of its edge read (the engine's
+ * result such as -EIO, a submit() refusal, a map() error, -EIO for a
+ * short read, or the error of the engine's wait()).
  */
 FOLIO_EXPORT ssize_t folio_mapping_write(struct folio_mapping *m,
 					 const void *buf, size_t len,
@@ -574,11 +908,23 @@ FOLIO_EXPORT ssize_t folio_mapping_write(struct folio_mapping *m,
 
 /**
  * folio_mapping_read() - buffered read like pread(2): short at EOF, never
- * bytes beyond it. Missing blocks are read with as few engine requests as
- * the layout allows.
- * Return: bytes read (0 at/after EOF); -EINVAL for NULL @m or NULL @buf
- * with @len > 0; -EFBIG past FOLIO_MAX_POS; the engine's error (or -ENOMEM) when
- * the first byte cannot be read (a later failure gives a short count).
+ * bytes beyond it.
+ * @m:   the mapping.
+ * @buf: receives the bytes (may be NULL when @len is 0).
+ * @len: bytes wanted.
+ * @pos: object position of the first byte.
+ *
+ * Missing blocks are read with as few engine requests as the layout
+ * allows (runs merge across folios) and stay cached. A read sees every
+ * write that returned before it started, durable or not.
+ *
+ * Context: any thread, concurrently with other calls on @m; takes io_lock
+ * shared and locks up to 64 folios at a time in ascending position order;
+ * sleeps and does I/O. The caller must hold no lock of a folio of @m.
+ * Return: bytes read (0 at/after EOF; short when a later part cannot be
+ * read); -EINVAL for NULL @m or NULL @buf with @len > 0; -EFBIG as for
+ * folio_mapping_write(); when the first byte cannot be read: the error of
+ * its read (as for folio_mapping_write()) or -ENOMEM.
  */
 FOLIO_EXPORT ssize_t folio_mapping_read(struct folio_mapping *m, void *buf,
 					size_t len, uint64_t pos);
@@ -587,16 +933,27 @@ FOLIO_EXPORT ssize_t folio_mapping_read(struct folio_mapping *m, void *buf,
  * folio_mapping_write_begin() - zero-copy write: find or create the folio
  * holding @pos, lock it, make the partly covered edge blocks of [pos,
  * pos+len) valid, and return it referenced and locked.
+ * @m:     the mapping.
+ * @pos:   object position of the first byte to write.
+ * @len:   bytes the caller means to write (> 0); only the part inside this
+ *         folio is prepared.
  * @folio: receives the folio. Copy into folio_data(*folio) + (pos -
  *         folio_pos(*folio)), at most the returned number of bytes.
- * Return: bytes of [pos, pos+len) inside this folio (>= 1); -EINVAL (also
- * for len == 0); -EFBIG; the engine's error.
  *
  * Until write_end() the folio stays locked. Between the two calls the
- * calling thread must not call any other function of this mapping: it
- * could wait for its own folio, or for a truncate that waits for it.
- * Other threads are unaffected (a concurrent truncate waits for the
- * write_end()). write_end() may be called from another thread.
+ * calling thread must not call any other function of this mapping except
+ * those folio_lock() lists: it could wait for its own folio, or for a
+ * truncate that waits for it. Other threads are unaffected (a concurrent
+ * truncate waits for the write_end()). write_end() may be called from
+ * another thread.
+ *
+ * Context: any thread; takes io_lock shared (dropped before returning)
+ * and the folio's lock (kept); sleeps and does I/O (edge reads; with
+ * FOLIO_MAPPING_STABLE_WRITES, waiting for writeback). The caller must
+ * hold no lock of a folio of @m.
+ * Return: bytes of [pos, pos+len) inside this folio (>= 1); -EINVAL for
+ * NULL @m or @folio, or @len 0; -EFBIG as for folio_mapping_write();
+ * -ENOMEM; the edge read's error, as for folio_mapping_write().
  */
 FOLIO_EXPORT ssize_t folio_mapping_write_begin(struct folio_mapping *m,
 					       uint64_t pos, size_t len,
@@ -611,6 +968,9 @@ FOLIO_EXPORT ssize_t folio_mapping_write_begin(struct folio_mapping *m,
  *          there: bytes before it in the folio were not made valid).
  * @copied: bytes copied from @pos, at most write_begin()'s return value
  *          (0: nothing is marked, the folio is released).
+ *
+ * Context: any thread, once per write_begin(); never sleeps on I/O (it
+ * may wait briefly for the index lock).
  * Return: the bytes committed: @copied, or less when a short copy ends
  * inside a block that write_begin() did not make valid (the count then
  * stops at that block's start, which may be 0). -EINVAL when @m or @folio
@@ -618,7 +978,6 @@ FOLIO_EXPORT ssize_t folio_mapping_write_begin(struct folio_mapping *m,
  * with folio_lock() does not count), @pos differs from write_begin()'s or
  * @copied exceeds its count: nothing changes then, and the folio stays
  * locked and referenced until a valid write_end().
- * Thread rules: any thread, once per write_begin().
  */
 FOLIO_EXPORT ssize_t folio_mapping_write_end(struct folio_mapping *m,
 					     struct folio *folio,
@@ -626,24 +985,46 @@ FOLIO_EXPORT ssize_t folio_mapping_write_end(struct folio_mapping *m,
 
 /**
  * folio_mapping_lookup() - the cached folio holding @pos, referenced (drop
- * it with folio_put()). Use it to inspect the folio (its state, its data
- * under folio_lock()); change a mapping's data only through the mapping's
- * write calls, which also keep its dirty index: a bare folio_set_dirty()
- * on it would never be written back.
- * Return: 0; -ENOENT when not cached; -EINVAL.
+ * it with folio_put()).
+ * @m:     the mapping.
+ * @pos:   object position.
+ * @folio: receives the folio on success.
+ *
+ * Use it to inspect the folio (its state, its data under folio_lock());
+ * change a mapping's data only through the mapping's write calls, which
+ * also keep its dirty index: a bare folio_set_dirty() on it would never
+ * be written back.
+ *
+ * Context: any thread, also while holding a folio lock of @m; takes the
+ * index lock shared; never creates a folio, never sleeps on I/O.
+ * Return: 0; -ENOENT when no folio caches @pos (also for @pos at or past
+ * FOLIO_MAX_POS); -EINVAL for NULL @m or @folio.
  */
 FOLIO_EXPORT int folio_mapping_lookup(struct folio_mapping *m, uint64_t pos,
 				      struct folio **folio);
 
 /**
- * folio_mapping_truncate() - set the object's size. Shrinking drops folios
- * wholly past it (after their in-flight I/O ends), zeroes the tail of the
- * folio it cuts and cleans the blocks wholly past it, then calls the
- * engine's truncate(). Growing makes the new space read as zeros.
- * The engine is resized first (after writes in flight past the new size
- * ended): when its truncate() fails, the error is returned and nothing
- * changed, neither the size nor the cached bytes.
- * Return: 0; -EINVAL for NULL @m; -EFBIG past FOLIO_MAX_POS; the engine's error.
+ * folio_mapping_truncate() - set the object's size, in the backing store
+ * and in the cache.
+ * @m:    the mapping.
+ * @size: the new size, at most FOLIO_MAX_POS.
+ *
+ * The engine is resized first (when shrinking, after writes in flight
+ * past the new size ended): when its truncate() fails, the error is
+ * returned and nothing changed, neither the size nor the cached bytes.
+ * Only then does shrinking drop folios wholly past @size (their dirty
+ * data too, as in a file; after their in-flight I/O ends), zero the tail
+ * of the folio @size cuts and clean its blocks wholly past it. Growing
+ * makes the new space read as zeros. The current size calls no engine.
+ * Like a write, the resize is unstable until a flush covers it: a failed
+ * flush redoes it (see folio_mapping_sync()).
+ *
+ * Context: any thread; takes io_lock exclusively (waiting for reads,
+ * writes, writeback passes and invalidates of @m to leave; they wait for
+ * it), then each folio past @size; sleeps and does I/O (the engine's
+ * truncate()). The caller must hold no lock of a folio of @m.
+ * Return: 0; -EINVAL for NULL @m; -EFBIG for @size past FOLIO_MAX_POS; the
+ * error of the engine's truncate() (a positive value: -EIO).
  */
 FOLIO_EXPORT int folio_mapping_truncate(struct folio_mapping *m,
 					uint64_t size);
@@ -652,55 +1033,84 @@ FOLIO_EXPORT int folio_mapping_truncate(struct folio_mapping *m,
 
 /**
  * folio_mapping_invalidate() - drop cached folios overlapping [pos, pos+len)
- * (len 0: to the end). Waits for their writeback. Without
- * FOLIO_INVALIDATE_DISCARD folios holding dirty or unstable (written, not
- * yet flushed) data are kept; with it, dirty and unstable blocks wholly
- * inside the range are thrown away (folios only partly inside keep their
- * other blocks). When discarded dirty data reached EOF, EOF moves back to
- * what the backing store will hold once the rest is written back: the
- * larger of the store's size as the mapping knows it (opened with, grown
- * by completed writes, set by truncate) and the end of the last dirty
- * block before @pos, at most @pos; bytes past the new EOF are zeroed.
- * Return: 0; -EBUSY when folios were kept (the others are still dropped);
- * -EINVAL for NULL @m or unknown @flags; -ERANGE when @pos is past FOLIO_MAX_POS
- * or @pos + @len overflows or passes FOLIO_MAX_POS (nothing changed).
+ * (len 0: to the end), to release memory or to make the next reads fetch
+ * the store's data.
+ * @m:     the mapping.
+ * @pos:   first byte of the range.
+ * @len:   bytes in the range; 0 means up to FOLIO_MAX_POS.
+ * @flags: 0 or FOLIO_INVALIDATE_DISCARD.
+ *
+ * Without FOLIO_INVALIDATE_DISCARD folios holding dirty or unstable
+ * (written, not yet flushed) data are kept; with it, dirty and unstable
+ * blocks wholly inside the range are thrown away (folios only partly
+ * inside keep their other blocks). When discarded dirty data reached EOF,
+ * EOF moves back to what the backing store will hold once the rest is
+ * written back: the larger of the store's size as the mapping knows it
+ * (opened with, grown by completed writes, set by truncate) and the end of
+ * the last dirty block before @pos, at most @pos; bytes past the new EOF
+ * are zeroed. The store itself is not changed.
+ *
+ * Context: any thread; takes io_lock exclusively (as truncate) and each
+ * folio's lock, and waits for their writeback; sleeps, and calls no engine
+ * callback but wait(). The caller must hold no lock of a folio of @m.
+ * Return: 0; -EBUSY when, without FOLIO_INVALIDATE_DISCARD, folios were
+ * kept (the others are still dropped; with it the call returns 0 even
+ * when partly covered folios stay); -EINVAL for NULL @m or unknown
+ * @flags; -ERANGE when @pos is past FOLIO_MAX_POS or @pos + @len
+ * overflows or passes FOLIO_MAX_POS (nothing changed).
  */
 FOLIO_EXPORT int folio_mapping_invalidate(struct folio_mapping *m,
 					  uint64_t pos, uint64_t len,
 					  unsigned flags);
 
-/** folio_mapping_size() - current EOF; -EINVAL for NULL. */
+/**
+ * folio_mapping_size() - current EOF: the size given at creation, grown by
+ * writes, set by truncate (and moved back by a discarding invalidate).
+ * @m: the mapping.
+ * Context: any thread, lock-free.
+ * Return: the size (>= 0); -EINVAL for NULL @m.
+ */
 FOLIO_EXPORT int64_t folio_mapping_size(const struct folio_mapping *m);
 
 #define FOLIO_STATS_SHIFTS 13 /* folio sizes 512 B << 0 .. 512 B << 12 */
 
 struct folio_mapping_stats {
-	size_t sz;
+	size_t sz;               /* sizeof(struct folio_mapping_stats) */
 	uint64_t bytes_written;  /* by the caller (write + write_end) */
 	uint64_t bytes_read;     /* returned to the caller */
-	uint64_t read_requests;  /* engine read requests */
-	uint64_t read_bytes;
+	uint64_t read_requests;  /* engine read requests that succeeded */
+	uint64_t read_bytes;     /* bytes those requests read */
 	uint64_t wb_requests;    /* engine write requests (writeback) */
 	uint64_t wb_bytes;       /* bytes submitted for writeback */
 	uint64_t wb_merges;      /* runs appended to an existing request */
-	uint64_t map_calls;
+	uint64_t map_calls;      /* calls of the engine's map() */
 	uint64_t retries;        /* short writes resubmitted */
 	uint64_t errors;         /* errors recorded: failed engine requests
-				  * and flushes, and syncs that gave up on
-				  * an engine that kept writing short */
-	uint64_t flushes;
+				  * and flushes, failed wait() calls, and
+				  * syncs that gave up on an engine that
+				  * kept writing short */
+	uint64_t flushes;        /* calls of the engine's flush() */
 	uint64_t cached_bytes;   /* uptodate bytes in the cache */
-	uint64_t dirty_bytes;
-	uint64_t folios;
-	uint64_t folios_by_shift[FOLIO_STATS_SHIFTS];
+	uint64_t dirty_bytes;    /* dirty bytes in the cache */
+	uint64_t folios;         /* folios in the cache */
+	uint64_t folios_by_shift[FOLIO_STATS_SHIFTS]; /* [k]: folios of
+				  * 512 << k bytes */
 	uint64_t unstable_bytes; /* written to the engine, not yet flushed:
 				  * kept until a flush succeeds */
 };
 
 /**
  * folio_mapping_stats() - fill @st with the counters and a walk of the
- * cache (cached/dirty bytes, folios by size), honouring @st->sz: fields
- * past it are not written.
+ * cache (cached/dirty/unstable bytes, folios by size).
+ * @m:  the mapping.
+ * @st: receives the statistics, honouring @st->sz: fields past it are not
+ *      written.
+ *
+ * Write amplification is wb_bytes / bytes_written.
+ *
+ * Context: any thread, also while holding a folio lock of @m; takes the
+ * index lock shared and each folio's state lock briefly; no I/O. The
+ * counters are read one at a time, so they need not agree exactly.
  * Return: 0; -EINVAL for NULL arguments or @st->sz < sizeof(size_t);
  * -E2BIG for a larger struct whose unknown bytes are not zero.
  */
@@ -719,7 +1129,7 @@ FOLIO_EXPORT int folio_mapping_stats(struct folio_mapping *m,
 			    * submitted */
 
 struct folio_writeback_opts {
-	size_t sz;
+	size_t sz;             /* sizeof(struct folio_writeback_opts) */
 	uint64_t start;        /* first byte of the range */
 	uint64_t end;          /* end of the range (exclusive); 0: no end */
 	unsigned flags;        /* FOLIO_WB_* */
@@ -737,6 +1147,10 @@ struct folio_writeback_opts {
 
 /**
  * folio_mapping_writeback() - write dirty blocks in [start, end) back.
+ * @m:    the mapping.
+ * @opts: range, mode and request limits; NULL for defaults (everything,
+ *        no waiting).
+ *
  * Walks the folios tagged dirty in position order; for each: lock, set
  * WRITEBACK, take its dirty runs (clearing them), clamp them to EOF and
  * append them to the request being built when they continue it in file
@@ -744,28 +1158,40 @@ struct folio_writeback_opts {
  * one. Dirty runs thus merge across folios. A failed or short write puts
  * the dirty bits of the unwritten bytes back (unless the mapping has
  * FOLIO_MAPPING_DROP_ON_ERROR) and records the error for sync().
- * @opts: NULL for defaults (everything, no waiting).
- *
  * Completed writes leave their blocks unstable until a flush (see the
  * durability contract at the top); only sync flushes.
+ *
+ * Context: any thread; may run concurrently with reads, writes and other
+ * writeback passes (a folio is never under two writes at once). Takes
+ * io_lock shared and one folio lock at a time; submits I/O and may sleep
+ * on a folio lock; with FOLIO_WB_WAIT it also sleeps until its writes and
+ * those it waits for completed, driving a polled engine's wait() (a
+ * failing wait() is recorded for sync). The caller must hold no lock of a
+ * folio of @m.
  * Return: bytes submitted (>= 0); -EINVAL for NULL @m, a bad @opts->sz,
  * unknown flags, end < start, max_request below the mapping's block size,
  * or max_segments > 1024; -E2BIG for a larger @opts with non-zero unknown
  * bytes. Write errors are not returned here: they are reported by
  * folio_mapping_sync().
- *
- * Thread rules: may run concurrently with reads, writes and other
- * writeback passes; a folio is never under two writes at once.
  */
 FOLIO_EXPORT int64_t folio_mapping_writeback(
 	struct folio_mapping *m, const struct folio_writeback_opts *opts);
 
-/** An error cursor: each cursor sees each writeback error once. */
+/** An error cursor: each cursor sees each writeback error once. A plain
+ * value, owned by its observer. */
 typedef uint64_t folio_errseq_t;
 
 /**
  * folio_mapping_err_cursor() - a cursor that will see every error recorded
- * from now on (like a file descriptor opened now). 0 for NULL.
+ * from now on (like a file descriptor opened now).
+ * @m: the mapping, or NULL.
+ *
+ * Keep one per observer (a checkpointer, a replication stream) and pass
+ * its address to folio_mapping_sync(). Copying it makes a second observer
+ * at the same point.
+ *
+ * Context: any thread, lock-free.
+ * Return: the cursor; 0 for NULL.
  */
 FOLIO_EXPORT folio_errseq_t folio_mapping_err_cursor(struct folio_mapping *m);
 
@@ -773,33 +1199,59 @@ FOLIO_EXPORT folio_errseq_t folio_mapping_err_cursor(struct folio_mapping *m);
  * folio_mapping_sync() - make everything written before the call durable:
  * write back all dirty data (waiting for folios already under writeback),
  * wait for all in-flight writes, flush, and report whether errors were
- * recorded since @cursor last looked: if so, the most recent one's errno
- * is returned and @cursor moves past all of them (like Linux's errseq:
- * several errors between two syncs are reported once).
+ * recorded since @cursor last looked.
+ * @m:      the mapping.
+ * @cursor: from folio_mapping_err_cursor(); it moves past every error it
+ *          reports. NULL uses the mapping's own cursor, created with the
+ *          mapping.
+ *
+ * If errors were recorded, the most recent one's errno is returned and
+ * @cursor moves past all of them (like Linux's errseq: several errors
+ * between two syncs are reported once).
  * Short writes are resubmitted within the call; data that still cannot be
  * written stays dirty (default policy) and is reported.
  * Flushes of one mapping run one at a time: a sync that arrives while
  * another thread's flush runs waits for it and then shares the next
  * flush, which began after its writes completed. A failed flush makes
  * every unstable block dirty again before its error is recorded, so no
- * later sync returns 0 until that data was written and flushed again.
- * @cursor: from folio_mapping_err_cursor(); NULL uses the mapping's own
- *          cursor, created with the mapping.
+ * later sync returns 0 until that data was written and flushed again; a
+ * truncate no flush has covered yet is redone first.
  *
+ * Context: any thread, concurrently with any call on @m but free; sleeps
+ * and does I/O: writeback passes as with FOLIO_WB_WAIT, one engine flush
+ * (or a wait for another thread's), and after a failed flush the redo of
+ * pending truncates with io_lock held exclusively. The caller must hold no
+ * lock of a folio of @m. A cursor is plain memory: two threads must not
+ * pass the same one at once, and that includes the mapping's own cursor
+ * (NULL).
  * Return: 0 means every byte written before the call is in the backing
- * store and flushed; otherwise a negative errno (an I/O error recorded
- * since the cursor last looked, or the flush's error); -EINVAL for NULL @m.
+ * store and flushed; otherwise the negative errno of the latest error
+ * recorded since the cursor last looked (a failed or refused write, a
+ * map() or allocation failure in writeback, a failing wait(), -EIO for an
+ * engine that kept writing short, the flush's or a redone truncate's
+ * error); -EINVAL for NULL @m.
  */
 FOLIO_EXPORT int folio_mapping_sync(struct folio_mapping *m,
 				    folio_errseq_t *cursor);
 
 /**
  * folio_mapping_dirty_ranges() - call @fn(pos, len, @arg) for each maximal
- * dirty byte range overlapping [start, end) (end 0: no end), merged across
- * folios, in position order, without writing or changing anything. Ranges
- * are whole blocks clamped to EOF. @fn runs with no library lock held and
- * may call any mapping function; the ranges are a snapshot that other
- * threads may change meanwhile.
+ * dirty byte range overlapping [start, end), without writing or changing
+ * anything.
+ * @m:     the mapping.
+ * @start: first byte of the range.
+ * @end:   end of the range (exclusive); 0: no end.
+ * @fn:    called for each range, merged across folios, in position order;
+ *         ranges are whole blocks clamped to EOF. Returning non-zero stops
+ *         the walk.
+ * @arg:   passed to @fn.
+ *
+ * The ranges are a snapshot that other threads may change meanwhile.
+ *
+ * Context: any thread, also while holding a folio lock of @m; takes the
+ * index lock shared and folio state locks briefly between calls of @fn,
+ * which runs with no library lock held (only a reference to the folio
+ * being walked), so @fn may call any mapping function; no I/O.
  * Return: 0; the first non-zero value @fn returned (iteration stops);
  * -EINVAL for NULL @m or @fn, or end < start.
  */
