@@ -5,10 +5,18 @@
  * positions against its own map, completes requests late and out of order,
  * and counts everything.
  *
+ * It is one of the built-in engines (lib/engines/), a plug-in over the
+ * engine layer of folio_state.h, with a header of its own because only
+ * tests need it.
+ *
  * The conventions of folio_state.h hold here too: 0 or a count on success,
  * a negative errno on failure, bad input changes nothing, sized structs
- * start with `size_t sz`. Every function here refuses an engine that is
- * not a mem engine with -EINVAL.
+ * start with `size_t sz`, and each function documents its parameters
+ * (@name:), Context: and Return:. One deviation: a struct folio_mem_fault
+ * or struct folio_mem_stats larger than this library knows is not refused
+ * with -E2BIG (a fault rule's unknown tail is ignored, a stats struct's
+ * left untouched). Every function here refuses an engine that is not a
+ * mem engine with -EINVAL.
  */
 #ifndef FOLIO_STATE_MEM_H
 #define FOLIO_STATE_MEM_H
@@ -54,9 +62,13 @@ extern "C" {
  * delivering do not count as in flight, so wait() inside a completion
  * does not wait for itself.
  *
- * Thread rules: every mem function and callback is safe to call from any
- * number of threads at once. Completions are never delivered under the
- * engine's lock, so a completion may submit again. folio_engine_free()
+ * submit() also refuses with -ENOMEM when it cannot hold a request (POLL
+ * and THREAD modes) and with -ESHUTDOWN while the engine is being freed.
+ *
+ * Context: creation from any thread (it allocates). Every mem function and
+ * callback is safe to call from any number of threads at once; each takes
+ * the engine's mutex for its bookkeeping. Completions are never delivered
+ * under that lock, so a completion may submit again. folio_engine_free()
  * completes requests still held with -ECANCELED, stops the completion
  * thread and frees everything; no other call on the engine may be running
  * then, and it must not run inside a completion.
@@ -91,8 +103,8 @@ FOLIO_EXPORT int folio_engine_mem(struct folio_engine **out,
 struct folio_mem_fault {
 	size_t sz;        /* sizeof(struct folio_mem_fault) */
 	unsigned ops;     /* FOLIO_MEM_OP_* mask */
-	uint64_t pos;
-	uint64_t len;
+	uint64_t pos;     /* file range a read or write must overlap; */
+	uint64_t len;     /* len 0: anywhere */
 	uint64_t skip;    /* let this many matching calls through first */
 	uint64_t count;   /* then fire this many times (0: forever) */
 	int error;        /* -4095..-1: complete with this error, nothing
@@ -119,7 +131,11 @@ struct folio_mem_fault {
 /**
  * folio_engine_mem_inject() - add a fault rule (up to 64).
  * @e:     a mem engine.
- * @fault: the rule, copied.
+ * @fault: the rule, copied. Bytes past the struct this library knows are
+ *         ignored (not refused with -E2BIG).
+ *
+ * Context: any thread, any time; requests already submitted keep the
+ * fate they were given. Takes the engine's mutex; no I/O.
  * Return: 0; -EINVAL for NULL, a non-mem engine, @fault->sz smaller than
  * the struct before @flags was added (offsetof(struct folio_mem_fault,
  * flags) on common ABIs; such older structs work, with @flags 0), an
@@ -128,13 +144,16 @@ struct folio_mem_fault {
  * nothing), a short transfer rule whose @ops includes FLUSH or TRUNCATE,
  * @pos + @len overflowing, unknown @flags bits, or @flags without
  * FOLIO_MEM_OP_FLUSH in @ops; -ENOSPC when 64 rules exist.
- * Thread rules: any thread, any time; requests already submitted keep the
- * fate they were given.
  */
 FOLIO_EXPORT int folio_engine_mem_inject(struct folio_engine *e,
 					 const struct folio_mem_fault *fault);
-/** folio_engine_mem_clear_faults() - drop every rule (any thread, any
- * time). Return: 0; -EINVAL for NULL or a non-mem engine. */
+/**
+ * folio_engine_mem_clear_faults() - drop every fault rule.
+ * @e: a mem engine.
+ * Context: any thread, any time; requests already submitted keep the fate
+ * they were given. Takes the engine's mutex; no I/O.
+ * Return: 0; -EINVAL for NULL or a non-mem engine.
+ */
 FOLIO_EXPORT int folio_engine_mem_clear_faults(struct folio_engine *e);
 
 /* Completion modes of the mem engine. */
@@ -163,12 +182,15 @@ enum folio_mem_mode {
  * completes. Held requests' data moves when they complete, not when they
  * are submitted, as with a device.
  *
- * Thread rules: may run while other threads submit and wait; one switch
+ * Context: any thread, while other threads submit and wait; one switch
  * at a time; not from a completion delivered by the completion thread.
+ * It completes held requests itself and may start or stop (join) the
+ * completion thread, so it sleeps.
  *
  * Return: 0; -EINVAL for NULL, a non-mem engine or an unknown mode;
- * -EBUSY while another switch runs; -EDEADLK from the completion thread;
- * -EAGAIN when the thread cannot start (nothing changed then).
+ * -EBUSY while another switch runs or the engine is being freed; -EDEADLK
+ * from the completion thread; -EAGAIN when the thread cannot start
+ * (nothing changed then).
  */
 FOLIO_EXPORT int folio_engine_mem_set_mode(struct folio_engine *e,
 					   enum folio_mem_mode mode,
@@ -195,6 +217,8 @@ FOLIO_EXPORT int folio_engine_mem_set_mode(struct folio_engine *e,
  * with -EIO and counts as misdirected. Peek and poke translate through the
  * map too.
  *
+ * Context: any thread, but only while no mapping uses the engine and the
+ * store is empty (see Return); takes the engine's mutex; allocates.
  * Return: 0; -EINVAL for NULL, a non-mem engine, a bad @extent_size, or
  * @scatter with @extent_size 0; -EBUSY while a mapping uses the engine (it
  * may cache extents) or while the store is not empty (size > 0: data stays
@@ -228,8 +252,12 @@ struct folio_mem_stats {
 
 /**
  * folio_engine_mem_stats() - counters since creation.
+ * @e:  a mem engine.
  * @st: filled up to @st->sz bytes (set it to sizeof(*st); older, smaller
- *      structs get the fields they have).
+ *      structs get the fields they have; bytes past the struct this
+ *      library knows are left untouched, not refused with -E2BIG).
+ * Context: any thread, any time; takes the engine's mutex, so the counters
+ * agree with each other.
  * Return: 0; -EINVAL for NULL, a non-mem engine, or @st->sz smaller than
  * sizeof(size_t).
  */
@@ -240,6 +268,16 @@ FOLIO_EXPORT int folio_engine_mem_stats(struct folio_engine *e,
  * folio_engine_mem_peek() - copy backing-store bytes [pos, pos+len) (file
  * positions, through the map) into @buf as a read sees them (the volatile
  * cache over the durable store); zeros past the size.
+ * @e:   a mem engine.
+ * @buf: receives @len bytes.
+ * @len: bytes to copy.
+ * @pos: file position of the first byte.
+ *
+ * Not counted in the stats; no faults.
+ *
+ * Context: any thread, any time, also while requests are in flight (a
+ * held request's data is not there until it completes); takes the
+ * engine's mutex.
  * Return: 0; -EINVAL for NULL @e, a non-mem engine, or NULL @buf with
  * @len > 0; -ERANGE when the range ends past the capacity or overflows.
  */
@@ -250,6 +288,14 @@ FOLIO_EXPORT int folio_engine_mem_peek(struct folio_engine *e, void *buf,
  * positions, through the map) directly, to set up a test; grows the size
  * like a write. The bytes are durable at once. Not counted in the stats;
  * no faults.
+ * @e:   a mem engine.
+ * @buf: the @len bytes to store.
+ * @len: bytes to store.
+ * @pos: file position of the first byte.
+ *
+ * Context: any thread; takes the engine's mutex. Poke what no mapping
+ * caches, normally before a mapping is opened: the engine's users do not
+ * learn of the change.
  * Return: 0; -EINVAL as for peek; -ERANGE when the range overflows;
  * -ENOSPC when it ends past the capacity (nothing written); -EBUSY while
  * the volatile cache holds anything (it would hide the bytes; flush or
@@ -263,6 +309,11 @@ FOLIO_EXPORT int folio_engine_mem_poke(struct folio_engine *e,
  * folio_engine_mem_peek_durable() - copy durable bytes [pos, pos+len)
  * (file positions, through the map) into @buf: what would be left after a
  * power cut now, ignoring the volatile cache; zeros past the durable size.
+ * @e:   a mem engine.
+ * @buf: receives @len bytes.
+ * @len: bytes to copy.
+ * @pos: file position of the first byte.
+ * Context: as for folio_engine_mem_peek().
  * Return: as for folio_engine_mem_peek().
  */
 FOLIO_EXPORT int folio_engine_mem_peek_durable(struct folio_engine *e,
@@ -293,9 +344,9 @@ FOLIO_EXPORT int folio_engine_mem_peek_durable(struct folio_engine *e,
  * that finds no memory for its log entry completes with -ENOMEM; a
  * volatile truncate returns -ENOMEM.
  *
- * Thread rules: any thread, any time, also while requests are in flight
+ * Context: any thread, any time, also while requests are in flight
  * and from a completion; a request completes under the setting in force
- * when it completes.
+ * when it completes. Takes the engine's mutex.
  *
  * Return: 0; -EINVAL for NULL or a non-mem engine; -ENOMEM when turning
  * off could not store the log (the cache stays on with the entries not
@@ -344,12 +395,13 @@ FOLIO_EXPORT int folio_engine_mem_set_volatile(struct folio_engine *e,
  * stale (a mapping over it should be freed without writing back and a new
  * one opened).
  *
- * Thread rules: any thread, any time, including while other threads
+ * Context: any thread, any time, including while other threads
  * submit, wait or are inside flush() or truncate(), and from inside a
  * completion (the completions it delivers may run nested in that one).
  * Not concurrently with folio_engine_free().
  *
  * Return: 0; -EINVAL for NULL, a non-mem engine or unknown @flags
+ * (nothing changed); -ESHUTDOWN when it meets folio_engine_free() running
  * (nothing changed); -ENOMEM when a surviving write of KEEP_SOME found no
  * memory (the cut still happened: that write may be torn, the rest of the
  * log is lost).
@@ -360,8 +412,10 @@ FOLIO_EXPORT int folio_engine_mem_power_cut(struct folio_engine *e,
 /**
  * folio_engine_mem_power_on() - end the power loss that
  * folio_engine_mem_power_cut() started with FOLIO_MEM_CUT_STAY_OFF: the
- * engine serves requests again, over the durable store. Any thread, any
- * time; a no-op when the power is on.
+ * engine serves requests again, over the durable store.
+ * @e: a mem engine.
+ * Context: any thread, any time; a no-op when the power is on. Takes the
+ * engine's mutex.
  * Return: 0; -EINVAL for NULL or a non-mem engine.
  */
 FOLIO_EXPORT int folio_engine_mem_power_on(struct folio_engine *e);
