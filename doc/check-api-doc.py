@@ -8,6 +8,11 @@ Commands (paths default to the ones next to this script):
   check      Read every header given with --header (each may be given
              more than once; the names of all of them count together) and
              fail (exit 1) when
+             - a FOLIO_EXPORT function of a header has no doc block (a
+               /** comment right before it that starts with its name), or
+               its doc block lacks an "@name:" line for one of its
+               parameters, a "Context:" line (thread and lock rules) or,
+               unless it returns void, a "Return:" line;
              - a FOLIO_EXPORT function of a header has no heading in the
                guide (a line starting with '#' that names it);
              - the guide names a lower-case folio_* identifier that the
@@ -125,6 +130,145 @@ class Header:
         self.lower = set(self.functions) | self.types
 
 
+def comment_spans(text):
+    """(start, end) of every /* */ comment of a C text."""
+    spans = []
+    i, n = 0, len(text)
+    while i < n:
+        if text.startswith('/*', i):
+            j = text.find('*/', i + 2)
+            j = n if j < 0 else j + 2
+            spans.append((i, j))
+            i = j
+        elif text.startswith('//', i):
+            j = text.find('\n', i)
+            i = n if j < 0 else j
+        elif text[i] == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == '\\' else 1
+            i = j + 1
+        else:
+            i += 1
+    return spans
+
+
+def split_params(plist):
+    """Parameter names of a C parameter list (the text between the
+    parentheses): the name of a function pointer is the one in (*name)."""
+    parts, depth, cur = [], 0, ''
+    for ch in plist:
+        if ch in '([':
+            depth += 1
+        elif ch in ')]':
+            depth -= 1
+        if ch == ',' and depth == 0:
+            parts.append(cur)
+            cur = ''
+        else:
+            cur += ch
+    parts.append(cur)
+    names = []
+    for p in parts:
+        p = p.strip()
+        if not p or p == 'void' or p == '...':
+            continue
+        fp = re.search(r'\(\s*\*\s*([A-Za-z_]\w*)\s*\)', p)
+        if fp:
+            names.append(fp.group(1))
+            continue
+        p = re.sub(r'\[[^]]*\]', '', p)
+        words = re.findall(r'[A-Za-z_]\w*', p)
+        if words:
+            names.append(words[-1])
+    return names
+
+
+class Decl:
+    """One FOLIO_EXPORT function as the header writes it."""
+
+    def __init__(self, name, params, returns_void, doc, line):
+        self.name = name
+        self.params = params
+        self.returns_void = returns_void
+        self.doc = doc      # text of the /** */ block before it, or None
+        self.line = line    # 1-based line of the declaration
+
+
+def header_decls(path):
+    """Every FOLIO_EXPORT function of a header with its doc block."""
+    with open(path, encoding='utf-8') as fh:
+        text = fh.read()
+    spans = comment_spans(text)
+
+    def in_comment(pos):
+        return any(a <= pos < b for a, b in spans)
+
+    decls = []
+    for m in re.finditer(r'\bFOLIO_EXPORT\b', text):
+        line_start = text.rfind('\n', 0, m.start()) + 1
+        if in_comment(m.start()) or \
+                text[line_start:m.start()].lstrip().startswith('#'):
+            continue
+        open_paren = text.find('(', m.end())
+        if open_paren < 0:
+            continue
+        head = text[m.end():open_paren]
+        words = re.findall(r'[A-Za-z_]\w*', head)
+        if not words:
+            continue
+        name = words[-1]
+        returns_void = words[:-1] == ['void'] and '*' not in head
+        depth, j = 0, open_paren
+        while j < len(text):
+            if text[j] == '(':
+                depth += 1
+            elif text[j] == ')':
+                depth -= 1
+                if depth == 0:
+                    break
+            j += 1
+        params = split_params(text[open_paren + 1:j])
+        doc = None
+        before = text[:line_start].rstrip()
+        for a, b in spans:
+            if b == len(before) and text.startswith('/**', a):
+                doc = text[a:b]
+        decls.append(Decl(name, params, returns_void, doc,
+                          text.count('\n', 0, m.start()) + 1))
+    return decls
+
+
+def check_header_docs(path):
+    """Errors of the doc blocks of one header's exported functions."""
+    errors = []
+    where = os.path.relpath(path)
+    for d in header_decls(path):
+        at = '%s:%d: %s()' % (where, d.line, d.name)
+        if d.doc is None:
+            errors.append('%s has no /** doc block right before it' % at)
+            continue
+        body = re.sub(r'^\s*/\*\*|\*/\s*$', '', d.doc)
+        lines = [re.sub(r'^\s*\*\s?', '', l) for l in body.split('\n')]
+        first = next((l for l in lines if l.strip()), '')
+        if not re.match(r'\s*%s\(\)' % re.escape(d.name), first):
+            errors.append('%s: its doc block does not start with "%s()"'
+                          % (at, d.name))
+            continue
+        for p in d.params:
+            if not any(re.match(r'\s*@%s:' % re.escape(p), l)
+                       for l in lines):
+                errors.append('%s: its doc block has no "@%s:" line'
+                              % (at, p))
+        if not any(re.match(r'\s*Context:', l) for l in lines):
+            errors.append('%s: its doc block has no "Context:" line (who '
+                          'may call it, which locks, may it sleep)' % at)
+        if not d.returns_void and \
+                not any(re.match(r'\s*Return:', l) for l in lines):
+            errors.append('%s: its doc block has no "Return:" line' % at)
+    return errors
+
+
 # ---------------------------------------------------------------------
 # The guide
 # ---------------------------------------------------------------------
@@ -210,6 +354,11 @@ def check(header_paths, doc_path, examples_dir, out=sys.stderr):
     if not hdr.functions:
         errors.append('%s: no FOLIO_EXPORT function found'
                       % ', '.join(header_paths))
+
+    # 0. Every exported function's doc block names each parameter and
+    #    has Context: and Return: lines.
+    for path in header_paths:
+        errors += check_header_docs(path)
 
     # 1. Every exported function has a heading.
     headings = [(n, l) for n, l in prose if l.startswith('#')]
@@ -394,11 +543,59 @@ SELFTEST_HEADER = '''
 struct folio;
 typedef unsigned long folio_cookie_t;
 /* FOLIO_EXPORT int folio_commented_out(void); */
+/**
+ * folio_alpha() - the first function.
+ * @f: a folio.
+ * Context: any thread.
+ * Return: 0.
+ */
 FOLIO_EXPORT int folio_alpha(struct folio *f);
+/**
+ * folio_beta() - a declaration over several lines.
+ * @f:     a folio.
+ * @flags: flags.
+ *
+ * Context: any thread.
+ * Return: @f.
+ */
 FOLIO_EXPORT struct folio *
 folio_beta(struct folio *f,
            int flags);
 '''
+
+# Header mistakes 'check' must find (each replaces a piece of
+# SELFTEST_HEADER), and variants it must accept.
+SELFTEST_HEADER_CASES = {
+    'missing parameter line': (' * @flags: flags.\n', '', False),
+    'parameter named without colon': (' * @flags: flags.', ' * flags.',
+                                      False),
+    'missing Context': (' * Context: any thread.\n * Return: 0.',
+                        ' * Return: 0.', False),
+    'missing Return': (' * Return: @f.\n', '', False),
+    'no doc block': ('''/**
+ * folio_alpha() - the first function.
+ * @f: a folio.
+ * Context: any thread.
+ * Return: 0.
+ */
+''', '', False),
+    'plain comment is no doc block': ('/**\n * folio_alpha()',
+                                      '/*\n * folio_alpha()', False),
+    'doc block of another function': (' * folio_alpha() - the first',
+                                      ' * folio_beta() - the first', False),
+    'void function needs no Return': (
+        'FOLIO_EXPORT int folio_alpha(struct folio *f);',
+        'FOLIO_EXPORT void folio_alpha(struct folio *f);', True),
+    'pointer return still needs Return': (
+        'FOLIO_EXPORT int folio_alpha(struct folio *f);',
+        'FOLIO_EXPORT void *folio_alpha(struct folio *f);', True),
+    'function pointer parameter': (
+        '           int flags);',
+        '           int (*flags)(int pos, void *arg));', True),
+    'function pointer parameter undocumented': (
+        '           int flags);',
+        '           int (*fn)(int pos, void *arg));', False),
+}
 
 SELFTEST_DOC = '''# Guide
 See [beta](#folio_beta) and example.c.
@@ -418,6 +615,12 @@ folio_alpha(f);
 SELFTEST_HEADER2 = '''
 #include "h.h"
 #define FOLIO_FLAG_G 2u
+/**
+ * folio_gamma() - from the second header.
+ * @f: a folio.
+ * Context: any thread.
+ * Return: 0.
+ */
 FOLIO_EXPORT int folio_gamma(struct folio *f);
 '''
 
@@ -465,6 +668,41 @@ def selftest():
         if hdr.functions != ['folio_alpha', 'folio_beta']:
             print('selftest: header parsed as %r' % hdr.functions)
             ok = False
+        decls = header_decls(hpath)
+        if [(d.name, d.params) for d in decls] != [
+                ('folio_alpha', ['f']), ('folio_beta', ['f', 'flags'])]:
+            print('selftest: doc blocks parsed as %r'
+                  % [(d.name, d.params) for d in decls])
+            ok = False
+        # The doc-block rules, one header mistake at a time.
+        bad_hpath = os.path.join(tmp, 'bad.h')
+        dpath = os.path.join(tmp, 'api.md')
+        with open(dpath, 'w') as fh:
+            fh.write(SELFTEST_DOC)
+        for name, (old, new, want) in SELFTEST_HEADER_CASES.items():
+            if old not in SELFTEST_HEADER:
+                print('selftest: header case %r does not apply' % name)
+                ok = False
+                continue
+            with open(bad_hpath, 'w') as fh:
+                fh.write(SELFTEST_HEADER.replace(old, new, 1))
+            with open(os.devnull, 'w') as sink:
+                got = check(bad_hpath, dpath, exdir, out=sink)
+            if got != want:
+                print('selftest: header case %r: check returned %r, '
+                      'expected %r' % (name, got, want))
+                ok = False
+        # 'pointer return still needs Return' must fail once Return goes.
+        with open(bad_hpath, 'w') as fh:
+            fh.write(SELFTEST_HEADER.replace(
+                'FOLIO_EXPORT int folio_alpha(struct folio *f);',
+                'FOLIO_EXPORT void *folio_alpha(struct folio *f);').replace(
+                ' * Return: 0.\n', ''))
+        with open(os.devnull, 'w') as sink:
+            if check(bad_hpath, dpath, exdir, out=sink):
+                print('selftest: a pointer-returning function without '
+                      'Return: passed')
+                ok = False
         for name, (doc, want) in cases.items():
             dpath = os.path.join(tmp, 'api.md')
             with open(dpath, 'w') as fh:
@@ -494,6 +732,18 @@ def selftest():
                 print('selftest: two headers: check returned %r, expected '
                       '%r' % (got, want))
                 ok = False
+        # The second header's doc blocks are checked too.
+        with open(h2path, 'w') as fh:
+            fh.write(SELFTEST_HEADER2.replace(' * @f: a folio.\n', ''))
+        with open(dpath, 'w') as fh:
+            fh.write(SELFTEST_DOC + '### folio_gamma()\nFOLIO_FLAG_G\n')
+        with open(os.devnull, 'w') as sink:
+            if check(two, dpath, exdir, out=sink):
+                print('selftest: two headers: a parameter undocumented in '
+                      'the second one passed')
+                ok = False
+        with open(h2path, 'w') as fh:
+            fh.write(SELFTEST_HEADER2)
         if Header(two).functions != ['folio_alpha', 'folio_beta',
                                      'folio_gamma']:
             print('selftest: two headers parsed as %r'
