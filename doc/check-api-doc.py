@@ -13,8 +13,10 @@ Commands (paths default to the ones next to this script):
                its doc block lacks an "@name:" line for one of its
                parameters, a "Context:" line (thread and lock rules) or,
                unless it returns void, a "Return:" line;
-             - a FOLIO_EXPORT function of a header has no heading in the
-               guide (a line starting with '#' that names it);
+             - a FOLIO_EXPORT function of a header is not mentioned in
+               the guide's text (outside code blocks and link targets):
+               the guide shows each function in use and points to its
+               doc block instead of restating it;
              - the guide names a lower-case folio_* identifier that the
                header does not declare (function, struct, enum, typedef),
                or calls as a function (name followed by '(') something
@@ -27,7 +29,8 @@ Commands (paths default to the ones next to this script):
                (the whole file, or the dedented lines between
                'doc:begin REGION' and 'doc:end REGION');
              - a program in doc/examples/ is not mentioned in the guide;
-             - a link to '#anchor' matches no heading.
+             - a link to '#anchor' matches no heading, or a relative link
+               to a file (say ../include/folio_state.h) names no file.
   fragments  Write the guide's C fragments into one C file (--out) that
              compiles only if every fragment is correct C against the
              header. A ```c block is the body of a function with the
@@ -360,15 +363,17 @@ def check(header_paths, doc_path, examples_dir, out=sys.stderr):
     for path in header_paths:
         errors += check_header_docs(path)
 
-    # 1. Every exported function has a heading.
+    # 1. Every exported function is mentioned in the guide's text (not
+    #    only in code, not only as a link target).
     headings = [(n, l) for n, l in prose if l.startswith('#')]
     named = set()
-    for _, l in headings:
+    for _, l in prose:
+        l = re.sub(r'\]\([^)]*\)', ']', l)
         named |= set(re.findall(r'\bfolio_\w+', l))
     for fn in hdr.functions:
         if fn not in named:
-            errors.append('%s: %s() (exported by the header) has no '
-                          'heading in the guide' % (docname, fn))
+            errors.append('%s: %s() (exported by the header) is not '
+                          'mentioned in the guide' % (docname, fn))
 
     # 2. Every folio_* / FOLIO_* name in the guide exists in the header.
     all_lines = list(prose)
@@ -432,12 +437,21 @@ def check(header_paths, doc_path, examples_dir, out=sys.stderr):
         for m in re.finditer(r'\]\(#([^)]+)\)', l):
             if m.group(1) not in anchors:
                 err(n, 'link to #%s matches no heading' % m.group(1))
+        # Relative links to files of the repository must lead somewhere.
+        for m in re.finditer(r'\]\(([^)#\s]+)(?:#[^)]*)?\)', l):
+            target = m.group(1)
+            if re.match(r'[a-z][a-z0-9+.-]*:', target):
+                continue  # https:, mailto:, ...
+            path = os.path.join(os.path.dirname(os.path.abspath(doc_path)),
+                                target)
+            if not os.path.exists(path):
+                err(n, 'link to %s: no such file' % target)
 
     for e in errors:
         print(e, file=out)
     if not errors:
-        print('%s: %d exported functions, all documented; %d code blocks, '
-              '%d excerpts checked' % (
+        print('%s: %d exported functions, all documented in the headers and '
+              'mentioned in the guide; %d code blocks, %d excerpts checked' % (
                   docname, len(hdr.functions), len(blocks),
                   sum(1 for b in blocks if b.mark and
                       b.mark[0] == 'example')), file=out)
@@ -598,17 +612,18 @@ SELFTEST_HEADER_CASES = {
 }
 
 SELFTEST_DOC = '''# Guide
-See [beta](#folio_beta) and example.c.
+See [alpha](#using-alpha) and example.c.
+`folio_beta()` returns its folio.
 <!-- example: example.c part -->
 ```c
 int x = FOLIO_FLAG_A;
 ```
-### folio_alpha()
+### Using alpha
+`folio_alpha()` takes a folio.
 ```c
 folio_alpha(f);
 ```
-### folio_beta()
-`folio_cookie_t` and `struct folio`.
+`folio_cookie_t` and `struct folio`; see [the header](h.h).
 '''
 
 # A second header: its names count together with the first one's.
@@ -637,8 +652,20 @@ SELFTEST_EXAMPLE = '''int main(void)
 def selftest():
     cases = {
         'good': (SELFTEST_DOC, True),
-        'missing heading': (SELFTEST_DOC.replace('### folio_beta()',
-                                                 '### beta'), False),
+        'function not mentioned': (SELFTEST_DOC.replace(
+            '`folio_beta()` returns its folio.\n', ''), False),
+        'function only in code': (SELFTEST_DOC.replace(
+            '`folio_beta()` returns its folio.\n',
+            '```c\nfolio_beta(f, 0);\n```\n'), False),
+        'function only as a link target': (SELFTEST_DOC.replace(
+            '`folio_beta()` returns its folio.',
+            'See [beta](h.h#folio_beta).'), False),
+        'broken file link': (SELFTEST_DOC.replace('(h.h)', '(nope.h)'),
+                             False),
+        'file link with anchor': (SELFTEST_DOC.replace('(h.h)', '(h.h#top)'),
+                                  True),
+        'external link': (SELFTEST_DOC + '[w](https://example.org/x)\n',
+                          True),
         'unknown function': (SELFTEST_DOC + 'Call folio_gamma().\n', False),
         'type called as function': (SELFTEST_DOC + 'folio_cookie_t(1)\n',
                                     False),
@@ -722,8 +749,8 @@ def selftest():
         dpath = os.path.join(tmp, 'api.md')
         for doc, want in (
                 (SELFTEST_DOC, False),
-                (SELFTEST_DOC + '### folio_gamma()\nFOLIO_FLAG_G\n', True),
-                (SELFTEST_DOC + '### folio_gamma()\nFOLIO_FLAG_H\n', False)):
+                (SELFTEST_DOC + '`folio_gamma()`, FOLIO_FLAG_G\n', True),
+                (SELFTEST_DOC + '`folio_gamma()`, FOLIO_FLAG_H\n', False)):
             with open(dpath, 'w') as fh:
                 fh.write(doc)
             with open(os.devnull, 'w') as sink:
@@ -736,7 +763,7 @@ def selftest():
         with open(h2path, 'w') as fh:
             fh.write(SELFTEST_HEADER2.replace(' * @f: a folio.\n', ''))
         with open(dpath, 'w') as fh:
-            fh.write(SELFTEST_DOC + '### folio_gamma()\nFOLIO_FLAG_G\n')
+            fh.write(SELFTEST_DOC + '`folio_gamma()`, FOLIO_FLAG_G\n')
         with open(os.devnull, 'w') as sink:
             if check(two, dpath, exdir, out=sink):
                 print('selftest: two headers: a parameter undocumented in '
