@@ -587,7 +587,7 @@ struct folio_engine_ops {
 	 * called exactly once, possibly before submit() returns) or a
 	 * negative errno when refused (it will not be; the library fails the
 	 * request with that error). Called by reads, writes (edge blocks) and
-	 * writeback with folio locks held. */
+	 * writeback, usually with folio locks held. */
 	int (*submit)(void *ctx, struct folio_io *io);
 	/* Required. Durability barrier over every write completed before the
 	 * call. On failure return -errno: the library then treats everything
