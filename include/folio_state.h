@@ -868,10 +868,12 @@ FOLIO_EXPORT int folio_mapping_new(struct folio_mapping **out,
  * mapping).
  *
  * Context: the last call on @m, made when no other thread uses it; takes
- * io_lock exclusively, does no I/O. A folio the caller holds locked makes
- * it -EBUSY.
- * Return: 0 (also for NULL); -EBUSY when any dirty or unstable (written,
- * not yet flushed) data or I/O remains, or a folio is locked (a
+ * io_lock exclusively, does no I/O. When no folio is busy but a
+ * completion is still finishing (a sync that just returned may have been
+ * woken before its last completion returned), it yields until that
+ * completion is done. A folio the caller holds locked makes it -EBUSY.
+ * Return: 0 (also for NULL); -EBUSY when any folio holds dirty or unstable
+ * (written, not yet flushed) data, is under writeback, or is locked (a
  * write_begin() without its write_end()): then nothing is freed (sync
  * first, or invalidate with FOLIO_INVALIDATE_DISCARD).
  */
