@@ -221,9 +221,22 @@ static void lock_for_write(struct folio_mapping *m, struct folio *f)
 static void commit_write(struct folio_mapping *m, struct folio *f, size_t off,
 			 size_t len)
 {
-	int r = (m->flags & FOLIO_MAPPING_FOLIO_DIRTY)
-			? folio_set_dirty_uptodate(f, 0, folio_size(f))
-			: folio_set_dirty_uptodate(f, off, len);
+	int r;
+	if (m->flags & FOLIO_MAPPING_FOLIO_DIRTY) {
+		/* The whole folio is valid, but only what lies below EOF is
+		 * the object's: blocks wholly past it stay clean (zeros no
+		 * pass may write, which would otherwise stay dirty for
+		 * good once a discard split them off). */
+		size_t size = folio_size(f), mask = folio_block_size(f) - 1;
+		uint64_t eof = MAX(mapping_eof(m), f->pos + off + len);
+		size_t dirty_end = (size_t)MIN((uint64_t)size,
+					       ((eof - f->pos) + mask) & ~mask);
+		if (dirty_end < size)
+			folio_set_uptodate(f, dirty_end, size - dirty_end);
+		r = folio_set_dirty_uptodate(f, 0, dirty_end);
+	} else {
+		r = folio_set_dirty_uptodate(f, off, len);
+	}
 	if (r > 0 && (r & FOLIO_BECAME_DIRTY))
 		mapping_tag_dirty(m, f);
 	mapping_grow_eof(m, f->pos + off + len);
