@@ -541,6 +541,72 @@ static void test_free_after_sync_thread_engine(void **state)
 	assert_int_equal(folio_engine_free(e), 0);
 }
 
+/*
+ * Syncs with the mapping's own cursor (NULL) from two threads while
+ * flushes fail now and then: the shared cursor is read and advanced
+ * atomically (TSan saw a plain read-modify-write before), and every
+ * failed flush is reported to at least one of the syncs it happened in.
+ */
+struct shared_sync {
+	struct folio_mapping *m;
+	unsigned id;
+	unsigned errors;
+};
+
+static void *shared_sync_thread(void *arg)
+{
+	struct shared_sync *t = arg;
+	unsigned char buf[4096];
+	memset(buf, (int)t->id + 1, sizeof(buf));
+	for (unsigned i = 0; i < 300; i++) {
+		uint64_t pos = (uint64_t)(i % 64) * 8192 + t->id * 4096;
+		assert_int_equal(folio_mapping_write(t->m, buf, sizeof(buf),
+						     pos),
+				 sizeof(buf));
+		int r = folio_mapping_sync(t->m, NULL);
+		assert_true(r == 0 || r == -EIO);
+		t->errors += r != 0;
+	}
+	return NULL;
+}
+
+static void test_shared_cursor_threads(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	assert_int_equal(folio_engine_mem(&e, 1u << 20), 0);
+	assert_int_equal(folio_engine_mem_set_mode(e, FOLIO_MEM_THREAD, 7), 0);
+	struct folio_mapping_opts o = {.sz = sizeof(o),
+				       .block_size = 4096,
+				       .engine = e};
+	struct folio_mapping *m;
+	assert_int_equal(folio_mapping_new(&m, &o), 0);
+	/* Every 40th flush fails. */
+	for (unsigned k = 0; k < 8; k++) {
+		struct folio_mem_fault f = {.sz = sizeof(f),
+					    .ops = FOLIO_MEM_OP_FLUSH,
+					    .skip = 40 * (k + 1),
+					    .count = 1,
+					    .error = -EIO};
+		assert_int_equal(folio_engine_mem_inject(e, &f), 0);
+	}
+	struct shared_sync t[2] = {{m, 0, 0}, {m, 1, 0}};
+	pthread_t th[2];
+	for (unsigned i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL,
+						shared_sync_thread, &t[i]),
+				 0);
+	for (unsigned i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	uint64_t failed = test_mem_stats(e).faults;
+	assert_true(failed > 0);
+	assert_true(t[0].errors + t[1].errors >= 1);
+	assert_int_equal(folio_engine_mem_clear_faults(e), 0);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(folio_mapping_free(m), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -551,6 +617,7 @@ int main(void)
 		cmocka_unit_test(test_append_race_thread_engine_stable),
 		cmocka_unit_test(test_append_race_faults),
 		cmocka_unit_test(test_free_after_sync_thread_engine),
+		cmocka_unit_test(test_shared_cursor_threads),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

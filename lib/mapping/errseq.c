@@ -20,12 +20,24 @@ folio_errseq_t folio_mapping_err_cursor(struct folio_mapping *m)
 	return m ? atomic_load(&m->errseq) : 0;
 }
 
-int errseq_check_advance(struct folio_mapping *m, folio_errseq_t *cursor)
+int errseq_check_advance(struct folio_mapping *m, folio_errseq_t *cursor,
+			 folio_errseq_t begin)
 {
 	uint64_t now = atomic_load(&m->errseq);
-	if (now == *cursor)
+	uint64_t seen;
+	if (cursor) {
+		seen = *cursor;
+		*cursor = now;
+	} else {
+		/* The mapping's own cursor is shared by every thread that
+		 * syncs with NULL: one of them takes an old error. */
+		seen = atomic_exchange(&m->own_cursor, now);
+	}
+	/* An error recorded while this call ran is this caller's too,
+	 * even when another caller of a shared cursor took it first: its
+	 * data may be what failed. */
+	if (now == seen && now == begin)
 		return 0;
-	*cursor = now;
 	int err = atomic_load(&m->last_error);
 	return err ? err : -EIO;
 }

@@ -58,7 +58,8 @@ struct folio_mapping {
 	_Atomic uint64_t errseq;
 	atomic_int last_error;
 
-	folio_errseq_t own_cursor; /* for folio_mapping_sync(m, NULL) */
+	/* For folio_mapping_sync(m, NULL), from any number of threads. */
+	_Atomic folio_errseq_t own_cursor;
 
 	/* Flushes (commit.c). A write completing in epoch E is covered by a
 	 * flush that starts after the epoch moved past E. */
@@ -186,8 +187,12 @@ int mapping_commit(struct folio_mapping *m);
 /* Record an error. Call it before waking anyone who waits for the
  * operation that failed. */
 void errseq_record(struct folio_mapping *m, int err);
-/* Report an error the cursor has not seen, advancing it; 0 if none. */
-int errseq_check_advance(struct folio_mapping *m, folio_errseq_t *cursor);
+/* End of a sync that read the sequence as `begin` when it started:
+ * report an error the cursor (NULL: the mapping's shared one) has not
+ * seen, or one recorded since `begin`, advancing the cursor; 0 if
+ * neither. */
+int errseq_check_advance(struct folio_mapping *m, folio_errseq_t *cursor,
+			 folio_errseq_t begin);
 
 /* Remove a folio from the index and drop the index's reference. Caller
  * holds the folio lock and io_lock exclusively. */

@@ -310,8 +310,7 @@ int folio_mapping_sync(struct folio_mapping *m, folio_errseq_t *cursor)
 {
 	if (!m)
 		return -EINVAL;
-	if (!cursor)
-		cursor = &m->own_cursor;
+	folio_errseq_t begin = atomic_load(&m->errseq);
 	struct wb_params p;
 	parse_opts(m, NULL, &p);
 	p.wait_busy = true;
@@ -330,7 +329,7 @@ int folio_mapping_sync(struct folio_mapping *m, folio_errseq_t *cursor)
 	}
 	/* Its error, if any, is in the sequence the cursor reads. */
 	mapping_commit(m);
-	return errseq_check_advance(m, cursor);
+	return errseq_check_advance(m, cursor, begin);
 }
 
 struct range_acc {
