@@ -12,11 +12,10 @@
  * The conventions of folio_state.h hold here too: 0 or a count on success,
  * a negative errno on failure, bad input changes nothing, sized structs
  * start with `size_t sz`, and each function documents its parameters
- * (@name:), Context: and Return:. One deviation: a struct folio_mem_fault
- * or struct folio_mem_stats larger than this library knows is not refused
- * with -E2BIG (a fault rule's unknown tail is ignored, a stats struct's
- * left untouched). Every function here refuses an engine that is not a
- * mem engine with -EINVAL.
+ * (@name:), Context: and Return:, and a sized struct larger than this
+ * library knows is refused with -E2BIG unless its unknown tail is zero.
+ * Every function here refuses an engine that is not a mem engine with
+ * -EINVAL.
  */
 #ifndef FOLIO_STATE_MEM_H
 #define FOLIO_STATE_MEM_H
@@ -131,8 +130,8 @@ struct folio_mem_fault {
 /**
  * folio_engine_mem_inject() - add a fault rule (up to 64).
  * @e:     a mem engine.
- * @fault: the rule, copied. Bytes past the struct this library knows are
- *         ignored (not refused with -E2BIG).
+ * @fault: the rule, copied. A larger struct than this library knows is
+ *         accepted when its unknown tail is zero (else -E2BIG).
  *
  * Context: any thread, any time; requests already submitted keep the
  * fate they were given. Takes the engine's mutex; no I/O.
@@ -143,7 +142,8 @@ struct folio_mem_fault {
  * -4095..0, both @error and @short_len set or neither (a rule that would do
  * nothing), a short transfer rule whose @ops includes FLUSH or TRUNCATE,
  * @pos + @len overflowing, unknown @flags bits, or @flags without
- * FOLIO_MEM_OP_FLUSH in @ops; -ENOSPC when 64 rules exist.
+ * FOLIO_MEM_OP_FLUSH in @ops; -E2BIG for a larger @fault with non-zero
+ * unknown bytes; -ENOSPC when 64 rules exist.
  */
 FOLIO_EXPORT int folio_engine_mem_inject(struct folio_engine *e,
 					 const struct folio_mem_fault *fault);
@@ -254,12 +254,12 @@ struct folio_mem_stats {
  * folio_engine_mem_stats() - counters since creation.
  * @e:  a mem engine.
  * @st: filled up to @st->sz bytes (set it to sizeof(*st); older, smaller
- *      structs get the fields they have; bytes past the struct this
- *      library knows are left untouched, not refused with -E2BIG).
+ *      structs get the fields they have; a larger one must have its
+ *      unknown tail zeroed, else -E2BIG, and that tail stays zero).
  * Context: any thread, any time; takes the engine's mutex, so the counters
  * agree with each other.
  * Return: 0; -EINVAL for NULL, a non-mem engine, or @st->sz smaller than
- * sizeof(size_t).
+ * sizeof(size_t); -E2BIG for a larger @st with non-zero unknown bytes.
  */
 FOLIO_EXPORT int folio_engine_mem_stats(struct folio_engine *e,
 					struct folio_mem_stats *st);

@@ -1575,6 +1575,26 @@ static void test_bad_input(void **state)
 
 	e = mem_new(1 << 20);
 	struct folio_mem_fault f;
+	/* A newer caller's larger structs: fine with a zero tail, -E2BIG
+	 * with anything in it (and nothing changes). */
+	struct {
+		struct folio_mem_fault f;
+		uint64_t extra;
+	} big_fault = {fault(FOLIO_MEM_OP_READ, 0, 1, -EIO, 0), 0};
+	big_fault.f.sz = sizeof(big_fault);
+	assert_int_equal(folio_engine_mem_inject(e, &big_fault.f), 0);
+	big_fault.extra = 1;
+	assert_int_equal(folio_engine_mem_inject(e, &big_fault.f), -E2BIG);
+	assert_int_equal(folio_engine_mem_clear_faults(e), 0);
+	struct {
+		struct folio_mem_stats st;
+		uint64_t extra;
+	} big_stats = {{.sz = sizeof(big_stats)}, 0};
+	assert_int_equal(folio_engine_mem_stats(e, &big_stats.st), 0);
+	assert_int_equal(big_stats.extra, 0);
+	big_stats.extra = 5;
+	assert_int_equal(folio_engine_mem_stats(e, &big_stats.st), -E2BIG);
+	assert_int_equal(big_stats.extra, 5);
 	/* Rules that are malformed or would do nothing. */
 	f = fault(FOLIO_MEM_OP_READ, 0, 1, -EIO, 0);
 	f.sz = offsetof(struct folio_mem_fault, short_len);

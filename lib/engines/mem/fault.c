@@ -40,8 +40,12 @@ int folio_engine_mem_inject(struct folio_engine *e,
 	struct mem_ctx *c = mem_of(e);
 	const unsigned all = FOLIO_MEM_OP_READ | FOLIO_MEM_OP_WRITE |
 			     FOLIO_MEM_OP_FLUSH | FOLIO_MEM_OP_TRUNCATE;
-	if (!c || !fault || fault->sz < MEM_FAULT_SZ_V0)
+	if (!c || !fault)
 		return -EINVAL;
+	int bad = sized_check(fault, fault->sz, MEM_FAULT_SZ_V0,
+			      sizeof(*fault));
+	if (bad)
+		return bad;
 	/* A caller's struct may predate the later fields: they are 0. */
 	struct folio_mem_fault f = {0};
 	memcpy(&f, fault, MIN(fault->sz, sizeof(f)));

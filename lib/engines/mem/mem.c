@@ -325,8 +325,11 @@ int folio_engine_mem_set_map(struct folio_engine *e, uint64_t extent_size,
 int folio_engine_mem_stats(struct folio_engine *e, struct folio_mem_stats *st)
 {
 	struct mem_ctx *c = mem_of(e);
-	if (!c || !st || st->sz < sizeof(size_t))
+	if (!c || !st)
 		return -EINVAL;
+	int r = sized_check(st, st->sz, sizeof(size_t), sizeof(*st));
+	if (r)
+		return r;
 	struct folio_mem_stats now;
 	pthread_mutex_lock(&c->lock);
 	now = c->st;
