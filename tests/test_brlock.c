@@ -86,9 +86,9 @@ static void test_stripes(void **state)
 {
 	(void)state;
 	/* A thread keeps its stripe; stripes stay in range. */
-	unsigned s = thread_stripe();
+	unsigned s = brlock_thread_stripe();
 	assert_true(s < BRLOCK_STRIPES);
-	assert_int_equal(thread_stripe(), s);
+	assert_int_equal(brlock_thread_stripe(), s);
 	struct brlock l;
 	assert_int_equal(brlock_init(&l), 0);
 	brlock_read_lock(&l);

@@ -9,7 +9,7 @@
 static _Thread_local unsigned my_stripe TLS_FAST = UINT_MAX;
 static atomic_uint next_stripe;
 
-unsigned thread_stripe(void)
+unsigned brlock_thread_stripe(void)
 {
 	if (my_stripe == UINT_MAX)
 		my_stripe = atomic_fetch_add_explicit(&next_stripe, 1,
@@ -39,7 +39,7 @@ void brlock_destroy(struct brlock *l)
  */
 void brlock_read_lock(struct brlock *l)
 {
-	atomic_uint *count = &l->stripe[thread_stripe()].readers;
+	atomic_uint *count = &l->stripe[brlock_thread_stripe()].readers;
 	for (;;) {
 		atomic_fetch_add(count, 1);
 		if (!atomic_load(&l->writer))
@@ -55,7 +55,7 @@ void brlock_read_lock(struct brlock *l)
 
 void brlock_read_unlock(struct brlock *l)
 {
-	atomic_uint *count = &l->stripe[thread_stripe()].readers;
+	atomic_uint *count = &l->stripe[brlock_thread_stripe()].readers;
 	if (atomic_fetch_sub(count, 1) == 1 && atomic_load(&l->writer))
 		futex_wake_all(count);
 }

@@ -33,7 +33,7 @@ struct brlock {
 
 /* This thread's stripe, 0..BRLOCK_STRIPES-1 (threads are spread round
  * robin). Also used to stripe hot statistics counters. */
-unsigned thread_stripe(void);
+unsigned brlock_thread_stripe(void);
 
 int brlock_init(struct brlock *l);
 void brlock_destroy(struct brlock *l);

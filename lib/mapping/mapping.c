@@ -303,7 +303,7 @@ void mapping_tag_set(struct folio_mapping *m, struct folio *f, unsigned tag)
 	pthread_rwlock_rdlock(&m->index_lock);
 	if (still_indexed(f))
 		index_tag_set(&m->index, mapping_key(m, f->pos),
-			      folio_order_in(m, f), tag);
+			      mapping_folio_order(m, f), tag);
 	pthread_rwlock_unlock(&m->index_lock);
 }
 
@@ -314,7 +314,7 @@ void mapping_tag_clear_unless(struct folio_mapping *m, struct folio *f,
 	/* A folio that left the index has no tags to clear. */
 	if (still_indexed(f) && (!still || !still(f)))
 		index_tag_clear(&m->index, mapping_key(m, f->pos),
-				folio_order_in(m, f), tag);
+				mapping_folio_order(m, f), tag);
 	pthread_rwlock_unlock(&m->index_lock);
 }
 
@@ -328,7 +328,7 @@ void mapping_remove_folio(struct folio_mapping *m, struct folio *f)
 	atomic_fetch_add_explicit(&m->remove_gen, 1, memory_order_relaxed);
 	pthread_rwlock_wrlock(&m->index_lock);
 	folio_mark_removed(f);
-	index_remove(&m->index, mapping_key(m, f->pos), folio_order_in(m, f));
+	index_remove(&m->index, mapping_key(m, f->pos), mapping_folio_order(m, f));
 	pthread_rwlock_unlock(&m->index_lock);
 	f->mapping = NULL;
 	folio_put(f);

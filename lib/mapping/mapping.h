@@ -109,7 +109,7 @@ static inline uint64_t mapping_key(const struct folio_mapping *m,
 	return pos >> m->min_shift;
 }
 
-static inline unsigned folio_order_in(const struct folio_mapping *m,
+static inline unsigned mapping_folio_order(const struct folio_mapping *m,
 				      const struct folio *f)
 {
 	return f->size_shift - m->min_shift;
@@ -288,7 +288,8 @@ void mapping_io_free(struct mapping_io *io);
 
 /* Resolve pos through the engine's map() (identity without one). On
  * return [pos, pos + *avail) is device-contiguous at *dev with *flags. */
-int map_resolve(struct folio_mapping *m, struct map_cache *mc, uint64_t pos,
-		uint64_t len, uint64_t *dev, uint64_t *avail, uint32_t *flags);
+int mapping_map_extent(struct folio_mapping *m, struct map_cache *mc,
+		       uint64_t pos, uint64_t len, uint64_t *dev,
+		       uint64_t *avail, uint32_t *flags);
 
 #endif

@@ -10,8 +10,9 @@
 
 #include "mapping/mapping.h"
 
-int map_resolve(struct folio_mapping *m, struct map_cache *mc, uint64_t pos,
-		uint64_t len, uint64_t *dev, uint64_t *avail, uint32_t *flags)
+int mapping_map_extent(struct folio_mapping *m, struct map_cache *mc,
+		       uint64_t pos, uint64_t len, uint64_t *dev,
+		       uint64_t *avail, uint32_t *flags)
 {
 	struct folio_engine *e = m->engine;
 	if (!e->ops.map) {
@@ -190,7 +191,7 @@ int rqb_add(struct rq_builder *b, struct folio *f, size_t off, size_t len)
 	while (len) {
 		uint64_t dev, avail;
 		uint32_t flags;
-		int r = map_resolve(b->m, &b->map, f->pos + off, len, &dev,
+		int r = mapping_map_extent(b->m, &b->map, f->pos + off, len, &dev,
 				    &avail, &flags);
 		if (r)
 			return r;

@@ -240,7 +240,7 @@ static void commit_write(struct folio_mapping *m, struct folio *f, size_t off,
 	if (r > 0 && (r & FOLIO_BECAME_DIRTY))
 		mapping_tag_dirty(m, f);
 	mapping_grow_eof(m, f->pos + off + len);
-	stat_add(&m->io_bytes[thread_stripe()].written, len);
+	stat_add(&m->io_bytes[brlock_thread_stripe()].written, len);
 }
 
 ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
@@ -436,6 +436,6 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 		}
 	}
 	brlock_read_unlock(&m->io_lock);
-	stat_add(&m->io_bytes[thread_stripe()].read, done);
+	stat_add(&m->io_bytes[brlock_thread_stripe()].read, done);
 	return done ? (ssize_t)done : err;
 }

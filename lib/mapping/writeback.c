@@ -22,7 +22,7 @@
 #define RUNS_PER_TAKE 64
 
 /* A folio's share of a request finished (bytes counted against its bias). */
-static void folio_wb_done(struct folio_mapping *m, struct folio *f,
+static void wb_folio_done(struct folio_mapping *m, struct folio *f,
 			  long long bytes)
 {
 	if (atomic_fetch_sub(&f->wb_pending, bytes) != bytes)
@@ -82,7 +82,7 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 		atomic_fetch_add(&m->short_writes, 1);
 	}
 	for (unsigned i = 0; i < io->nsegs; i++)
-		folio_wb_done(m, io->segs[i].folio, (long long)io->segs[i].len);
+		wb_folio_done(m, io->segs[i].folio, (long long)io->segs[i].len);
 	/* The pass waiting for this request may return (and its group go
 	 * away) as soon as the group drops: touch nothing after that. */
 	struct io_group *group = io->group;
@@ -216,7 +216,7 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
 	/* Dirty bits are gone: drop the tag unless a run was put back. */
 	mapping_tag_clear_unless(m, f, INDEX_TAG_DIRTY, folio_test_dirty);
 
-	folio_wb_done(m, f, bias - (long long)queued);
+	wb_folio_done(m, f, bias - (long long)queued);
 	return queued;
 }
 

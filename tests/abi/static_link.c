@@ -19,7 +19,7 @@ int index_insert(int x);
 int index_init(int x);
 int mapping_commit(int x);
 int mapping_lookup(int x);
-unsigned thread_stripe(void);
+unsigned brlock_thread_stripe(void);
 int engine_create(int x);
 int mem_of(int x);
 int rqb_init(int x);
@@ -27,7 +27,7 @@ int io_group_init(int x);
 int brlock_init(int x);
 int errseq_record(int x);
 int folio_alloc(int x);
-int map_resolve(int x);
+int mapping_map_extent(int x);
 int mem_store_write(int x);
 
 int bitmap_set_range(int x) { return x + 1; }
@@ -35,7 +35,7 @@ int index_insert(int x) { return x + 2; }
 int index_init(int x) { return x + 3; }
 int mapping_commit(int x) { return x + 4; }
 int mapping_lookup(int x) { return x + 5; }
-unsigned thread_stripe(void) { return 12345; }
+unsigned brlock_thread_stripe(void) { return 12345; }
 int engine_create(int x) { return x + 6; }
 int mem_of(int x) { return x + 7; }
 int rqb_init(int x) { return x + 8; }
@@ -43,7 +43,7 @@ int io_group_init(int x) { return x + 9; }
 int brlock_init(int x) { return x + 10; }
 int errseq_record(int x) { return x + 11; }
 int folio_alloc(int x) { return x + 12; }
-int map_resolve(int x) { return x + 13; }
+int mapping_map_extent(int x) { return x + 13; }
 int mem_store_write(int x) { return x + 14; }
 
 /* An internal variable's name too (the old index test hook). */
@@ -54,11 +54,11 @@ static int own_functions(void)
 	int sum = bitmap_set_range(0) + index_insert(0) + index_init(0) +
 		  mapping_commit(0) + mapping_lookup(0) + engine_create(0) +
 		  mem_of(0) + rqb_init(0) + io_group_init(0) + brlock_init(0) +
-		  errseq_record(0) + folio_alloc(0) + map_resolve(0) +
+		  errseq_record(0) + folio_alloc(0) + mapping_map_extent(0) +
 		  mem_store_write(0);
 	return sum == 1 + 2 + 3 + 4 + 5 + 6 + 7 + 8 + 9 + 10 + 11 + 12 + 13 +
 			      14 &&
-	       thread_stripe() == 12345 && index_debug_fail_alloc == 1;
+	       brlock_thread_stripe() == 12345 && index_debug_fail_alloc == 1;
 }
 
 int main(void)
