@@ -45,11 +45,6 @@ static inline unsigned ilog2_u64(uint64_t x)
 	return 63u - (unsigned)__builtin_clzll(x);
 }
 
-#ifndef FOLIO_MAX_POS
-/* Largest position any object may reach; keeps pos + len from overflowing
- * and fits an int64_t/ssize_t return. */
-#define FOLIO_MAX_POS (UINT64_C(1) << 62)
-#endif
 
 /*
  * The sized-struct idiom of every options, ops and stats struct (libbpf's
