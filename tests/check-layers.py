@@ -5,8 +5,9 @@
     check-layers.py selftest        the checker catches what it should
 
 Rules:
-  - every source file lives in a layer folder: base, bitmap, folio, engine,
-    mapping, or engines (the built-in engines, plug-ins on the engine layer);
+  - every source file lives in a layer folder: base, alloc, bitmap, folio,
+    engine, mapping, or engines (the built-in engines, plug-ins on the
+    engine layer);
   - a file includes internal headers by layer path ("folio/folio.h"), from
     its own layer or one below it; mapping and engines are side by side
     and never include each other; public headers ("folio_state.h",
@@ -19,8 +20,8 @@ import re
 import sys
 import tempfile
 
-RANK = {'base': 0, 'bitmap': 1, 'folio': 2, 'engine': 3,
-        'mapping': 4, 'engines': 4}
+RANK = {'base': 0, 'alloc': 1, 'bitmap': 2, 'folio': 3, 'engine': 4,
+        'mapping': 5, 'engines': 5}
 PUBLIC = {'folio_state.h', 'folio_state_mem.h'}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 FLAG = re.compile(r'\bFOLIO_F_[A-Z_]+\b')
@@ -65,13 +66,16 @@ def selftest():
     cases = {
         'base/ok.h': '#include "folio_state.h"\n',
         'folio/ok.c': '#include "base/base.h"\n#include "folio/folio.h"\n',
+        'folio/alloc.c': '#include "alloc/alloc.h"\n',
+        'alloc/ok.c': '#include "base/base.h"\n#include "alloc/internal.h"\n',
+        'alloc/up.c': '#include "bitmap/bitmap.h"\n',
         'mapping/up.c': '#include "engines/fd.h"\n',
         'folio/up.c': '#include "mapping/mapping.h"\n',
         'engine/bare.c': '#include "folio.h"\n',
         'mapping/flags.c': 'int x = FOLIO_F_DIRTY;\n',
         'stray.c': '\n',
     }
-    want = {'mapping/up.c', 'folio/up.c', 'engine/bare.c',
+    want = {'mapping/up.c', 'folio/up.c', 'engine/bare.c', 'alloc/up.c',
             'mapping/flags.c', 'stray.c'}
     with tempfile.TemporaryDirectory() as d:
         for rel, text in cases.items():

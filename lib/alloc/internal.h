@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What arena.c and tcache.c share: the arena's locked entry points and the
+ * memory checker hooks.
+ */
+#ifndef FOLIO_ALLOC_INTERNAL_H
+#define FOLIO_ALLOC_INTERNAL_H
+
+#include "alloc/alloc.h"
+
+/*
+ * The library's arena asks for huge pages for 2 MiB blocks: one fault
+ * instead of 512 and one TLB entry (doc/benchmarks.md, "Folio
+ * allocator").
+ */
+#define ALLOC_DEFAULT_FLAGS ALLOC_HUGEPAGE
+
+extern struct alloc_arena alloc_default_arena;
+
+/* Under a->lock. One object of class `cls`, NULL when out of memory; the
+ * low bit of the pointer is set when the memory is known to be zero. */
+void *arena_take(struct alloc_arena *a, unsigned cls);
+void arena_give(struct alloc_arena *a, unsigned cls, void *p);
+/* Zeroed blocks for the allocator's own structures (thread caches). */
+void *arena_internal_alloc(struct alloc_arena *a, unsigned order);
+void arena_internal_free(struct alloc_arena *a, void *p, unsigned order);
+/* The bytes sitting in the arena's thread caches (tcache.c). */
+void arena_cached_bytes(struct alloc_arena *a, size_t *data, size_t *meta);
+
+/*
+ * Memory checkers. The allocator never reads or writes free memory, so
+ * free objects can be made unaddressable: ASan poisons them, valgrind's
+ * memcheck sees every object handed out as a heap block of its own
+ * (leaks, use after free and reads of unwritten memory are reported as
+ * with malloc). Without either these cost nothing (valgrind's client
+ * requests are a few no-op instructions when not under valgrind).
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#define ALLOC_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ALLOC_ASAN 1
+#endif
+#endif
+
+#if !defined(ALLOC_ASAN) && defined(__has_include)
+#if __has_include(<valgrind/memcheck.h>)
+#include <valgrind/memcheck.h>
+#define ALLOC_VALGRIND 1
+#endif
+#endif
+
+#ifdef ALLOC_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
+/* A fresh region: nothing in it is handed out yet. */
+static inline void check_mapped(void *p, size_t len)
+{
+#ifdef ALLOC_ASAN
+	ASAN_POISON_MEMORY_REGION(p, len);
+#elif defined(ALLOC_VALGRIND)
+	VALGRIND_MAKE_MEM_NOACCESS(p, len);
+#endif
+	(void)p;
+	(void)len;
+}
+
+/* Memory the allocator itself uses (headers, thread caches): zero or
+ * about to be written. */
+static inline void check_internal(void *p, size_t len)
+{
+#ifdef ALLOC_ASAN
+	ASAN_UNPOISON_MEMORY_REGION(p, len);
+#elif defined(ALLOC_VALGRIND)
+	VALGRIND_MAKE_MEM_DEFINED(p, len);
+#endif
+	(void)p;
+	(void)len;
+}
+
+/* Internal memory given back. */
+static inline void check_free_region(void *p, size_t len)
+{
+	check_mapped(p, len);
+}
+
+/* Before an unmap: a later mapping at the same address is not ours. */
+static inline void check_unmapping(void *p, size_t len)
+{
+#ifdef ALLOC_ASAN
+	ASAN_UNPOISON_MEMORY_REGION(p, len);
+#endif
+	(void)p;
+	(void)len;
+}
+
+/* An object goes to a caller / comes back from one. */
+static inline void check_obj_out(void *p, size_t len, bool zeroed)
+{
+#ifdef ALLOC_ASAN
+	ASAN_UNPOISON_MEMORY_REGION(p, len);
+#elif defined(ALLOC_VALGRIND)
+	VALGRIND_MALLOCLIKE_BLOCK(p, len, 0, zeroed);
+#endif
+	(void)p;
+	(void)len;
+	(void)zeroed;
+}
+
+static inline void check_obj_in(void *p, size_t len)
+{
+#ifdef ALLOC_ASAN
+	ASAN_POISON_MEMORY_REGION(p, len);
+#elif defined(ALLOC_VALGRIND)
+	VALGRIND_FREELIKE_BLOCK(p, 0);
+#endif
+	(void)p;
+	(void)len;
+}
+
+#endif
