@@ -144,9 +144,11 @@ struct folio;
  *              FOLIO_MAX_SIZE.
  * @block_size: a power of two, FOLIO_MIN_BLOCK_SIZE..FOLIO_MAX_BLOCK_SIZE.
  *
- * The data is aligned to FOLIO_DATA_ALIGN bytes (ready for O_DIRECT) and
- * zero-filled; the per-block state lives in the same allocation as the
- * folio header, so no later state change needs memory.
+ * The data is zero-filled and aligned to its size or FOLIO_DATA_ALIGN,
+ * whichever is smaller (ready for O_DIRECT; a folio below 4 KiB shares a
+ * page with others of its size, aligned to at least 512); the per-block
+ * state lives in the same allocation as the folio header, so no later
+ * state change needs memory.
  *
  * Context: any thread; allocates memory, takes no lock.
  * Return: 0; -EINVAL for a NULL @out, a bad @size or @block_size, or a
@@ -680,8 +682,9 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
 /*
  * What O_DIRECT engines require of a request: dev_pos, len and every iovec
  * base and length a multiple of this (the logical block size of common
- * devices). Folio memory is FOLIO_DATA_ALIGN aligned and block sizes are
- * multiples of 512, so requests made of whole blocks qualify. The one
+ * devices). Folio memory is aligned to its size up to FOLIO_DATA_ALIGN
+ * (so to 512 at least) and block sizes are multiples of 512, so requests
+ * made of whole blocks qualify. The one
  * exception writeback produces — a write cut at an end of file that is not
  * a multiple of 512, aligned except for the end of its last segment — is
  * accepted by the posix and io_uring engines and written synchronously

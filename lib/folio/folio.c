@@ -6,9 +6,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc/alloc.h"
 #include "bitmap/bitmap.h"
 #include "base/futex.h"
 #include "folio/folio.h"
+
+/* Header + 3 bits per block, in whole words; none for one block. */
+static size_t meta_size(size_t nblocks)
+{
+	size_t words = nblocks > 1 ? BITMAP_WORDS(3 * nblocks) : 0;
+	return sizeof(struct folio) + words * sizeof(uint64_t);
+}
 
 int folio_alloc(struct folio **out, uint64_t pos, size_t size,
 		size_t block_size, bool zero)
@@ -21,15 +29,14 @@ int folio_alloc(struct folio **out, uint64_t pos, size_t size,
 
 	size_t nblocks = size / block_size;
 	size_t words = nblocks > 1 ? BITMAP_WORDS(3 * nblocks) : 0;
-	struct folio *f = malloc(sizeof(*f) + words * sizeof(uint64_t));
-	if (!f)
+	void *data, *meta;
+	bool zeroed;
+	if (alloc_folio_mem(size, meta_size(nblocks), &data, &meta, &zeroed))
 		return -ENOMEM;
-	void *data;
-	if (posix_memalign(&data, FOLIO_DATA_ALIGN, size)) {
-		free(f);
-		return -ENOMEM;
-	}
-	if (zero)
+	struct folio *f = meta;
+	/* Fresh pages read as zeros already: folio_new() of a large folio
+	 * would otherwise fault every page in just to write zeros. */
+	if (zero && !zeroed)
 		memset(data, 0, size);
 	atomic_init(&f->flags, 0);
 	atomic_init(&f->refcount, 1);
@@ -67,8 +74,8 @@ void folio_put(struct folio *f)
 	if (atomic_fetch_sub_explicit(&f->refcount, 1, memory_order_acq_rel) !=
 	    1)
 		return;
-	free(f->data);
-	free(f);
+	alloc_folio_mem_free(f->data, folio_size(f), f,
+			     meta_size(folio_nblocks(f)));
 }
 
 void *folio_data(const struct folio *f)
