@@ -89,6 +89,8 @@ static void mag_give(struct alloc_arena *a, unsigned cls, struct alloc_mag *m,
 	for (unsigned i = 0; i < k; i++)
 		arena_give(a, cls, untag(m->slot[i], NULL));
 	memmove(m->slot, m->slot + k, (n - k) * sizeof(m->slot[0]));
+	/* No stale copies above the top (see obj_get()). */
+	memset(m->slot + (n - k), 0, k * sizeof(m->slot[0]));
 	atomic_store_explicit(&m->n, n - k, memory_order_relaxed);
 }
 
@@ -203,8 +205,15 @@ obj_get(struct alloc_arena *a, struct alloc_tcache *tc, unsigned cls,
 	p = untag(p, &z);
 	if (zeroed)
 		*zeroed = z;
-	if (checking(tc))
+	if (checking(tc)) {
+		/* The popped slot still points at the object, and memcheck
+		 * scans our mmap'd memory: a leaked folio would look
+		 * reachable from it. */
+		if (tc && cls < ALLOC_TC_CLASSES)
+			tc->mag[cls].slot[atomic_load_explicit(
+				&tc->mag[cls].n, memory_order_relaxed)] = NULL;
 		check_obj_out(p, alloc_class_size(cls), z);
+	}
 	return p;
 }
 
