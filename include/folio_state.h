@@ -5,11 +5,13 @@
  *
  * Layers, each using only the ones before it:
  *
- *   base -> bitmap -> folio -> engine -> mapping, engines as plug-ins;
- *   pool to come.
+ *   base -> alloc -> bitmap -> folio -> engine -> mapping, engines as
+ *   plug-ins; pool to come.
  *
  *   lib/base/     compiler, atomics, spinlock, futex, brlock, sized-struct
  *                 check (internal)
+ *   lib/alloc/    the folio allocator: chunks, buddy blocks, slabs,
+ *                 per-thread caches (internal)
  *   lib/bitmap/   block bitmaps (internal)
  *   lib/folio/    folio lifetime, lock, flags, per-block state
  *   lib/engine/   engine object, request and wait plumbing
