@@ -62,10 +62,11 @@
  * Memory checkers. Under ASan free objects are poisoned; under valgrind
  * every object handed out is a MALLOCLIKE block, so leaked folios, reads
  * of freed folios and of memory never written are still reported as they
- * were with malloc (see obj_out()/obj_in() in tcache.c).
+ * were with malloc (the check_*() hooks in internal.h).
  *
  * Locking: one mutex per arena. The thread caches (tcache.c) move objects
- * in batches, so a thread takes it once per 4..16 allocations at most.
+ * in batches (half a magazine: 2 to 17 objects), so the common
+ * allocation and free take no lock at all.
  */
 #include <assert.h>
 #include <stdio.h>
@@ -452,9 +453,9 @@ static void huge_free(struct alloc_arena *a, void *p)
 	region_put(a, p);
 }
 
-/* ---- the arena's interface (locked by the callers in tcache.c) ---- */
+/* ---- the arena's interface (the callers in tcache.c hold the lock) ---- */
 
-void *arena_take(struct alloc_arena *a, unsigned cls)
+void *alloc_arena_take(struct alloc_arena *a, unsigned cls)
 {
 	void *p;
 	bool zero = false;
@@ -470,7 +471,7 @@ void *arena_take(struct alloc_arena *a, unsigned cls)
 	return (void *)((uintptr_t)p | zero);
 }
 
-void arena_give(struct alloc_arena *a, unsigned cls, void *p)
+void alloc_arena_give(struct alloc_arena *a, unsigned cls, void *p)
 {
 	a->out[cls]--;
 	if (cls < ALLOC_NSLAB)
@@ -481,7 +482,7 @@ void arena_give(struct alloc_arena *a, unsigned cls, void *p)
 		huge_free(a, p);
 }
 
-void *arena_internal_alloc(struct alloc_arena *a, unsigned order)
+void *alloc_arena_take_internal(struct alloc_arena *a, unsigned order)
 {
 	bool zero;
 	void *p = buddy_alloc(a, order, &zero);
@@ -495,7 +496,7 @@ void *arena_internal_alloc(struct alloc_arena *a, unsigned order)
 	return p;
 }
 
-void arena_internal_free(struct alloc_arena *a, void *p, unsigned order)
+void alloc_arena_give_internal(struct alloc_arena *a, void *p, unsigned order)
 {
 	size_t len = (size_t)ALLOC_PAGE_SIZE << order;
 	a->internal_bytes -= len;
@@ -575,7 +576,7 @@ void alloc_arena_stats(struct alloc_arena *a, struct alloc_stats *st)
 				st->slab_bytes += (size_t)ALLOC_PAGE_SIZE
 						  << c->pd[pg].order;
 	st->internal_bytes = a->internal_bytes;
-	arena_cached_bytes(a, &st->cached_data_bytes, &st->cached_meta_bytes);
+	alloc_arena_cached_bytes(a, &st->cached_data_bytes, &st->cached_meta_bytes);
 	st->maps = a->maps;
 	st->unmaps = a->unmaps;
 	st->map_failures = a->map_failures;

@@ -19,13 +19,13 @@ extern struct alloc_arena alloc_default_arena;
 
 /* Under a->lock. One object of class `cls`, NULL when out of memory; the
  * low bit of the pointer is set when the memory is known to be zero. */
-void *arena_take(struct alloc_arena *a, unsigned cls);
-void arena_give(struct alloc_arena *a, unsigned cls, void *p);
+void *alloc_arena_take(struct alloc_arena *a, unsigned cls);
+void alloc_arena_give(struct alloc_arena *a, unsigned cls, void *p);
 /* Zeroed blocks for the allocator's own structures (thread caches). */
-void *arena_internal_alloc(struct alloc_arena *a, unsigned order);
-void arena_internal_free(struct alloc_arena *a, void *p, unsigned order);
+void *alloc_arena_take_internal(struct alloc_arena *a, unsigned order);
+void alloc_arena_give_internal(struct alloc_arena *a, void *p, unsigned order);
 /* The bytes sitting in the arena's thread caches (tcache.c). */
-void arena_cached_bytes(struct alloc_arena *a, size_t *data, size_t *meta);
+void alloc_arena_cached_bytes(struct alloc_arena *a, size_t *data, size_t *meta);
 
 /*
  * Memory checkers. The allocator never reads or writes free memory, so

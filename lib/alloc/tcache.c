@@ -66,7 +66,7 @@ static inline void *untag(void *p, bool *zeroed)
 struct alloc_tcache *alloc_tcache_new(struct alloc_arena *a)
 {
 	pthread_mutex_lock(&a->lock);
-	struct alloc_tcache *tc = arena_internal_alloc(a, TC_ORDER);
+	struct alloc_tcache *tc = alloc_arena_take_internal(a, TC_ORDER);
 	if (tc) {
 		tc->arena = a;
 		tc->checked = check_running();
@@ -87,7 +87,7 @@ static void mag_give(struct alloc_arena *a, unsigned cls, struct alloc_mag *m,
 {
 	unsigned n = atomic_load_explicit(&m->n, memory_order_relaxed);
 	for (unsigned i = 0; i < k; i++)
-		arena_give(a, cls, untag(m->slot[i], NULL));
+		alloc_arena_give(a, cls, untag(m->slot[i], NULL));
 	memmove(m->slot, m->slot + k, (n - k) * sizeof(m->slot[0]));
 	/* No stale copies above the top (see obj_get()). */
 	memset(m->slot + (n - k), 0, k * sizeof(m->slot[0]));
@@ -119,11 +119,11 @@ void alloc_tcache_destroy(struct alloc_tcache *tc)
 		a->tcaches = tc->next;
 	if (tc->next)
 		tc->next->prev = tc->prev;
-	arena_internal_free(a, tc, TC_ORDER);
+	alloc_arena_give_internal(a, tc, TC_ORDER);
 	pthread_mutex_unlock(&a->lock);
 }
 
-void arena_cached_bytes(struct alloc_arena *a, size_t *data, size_t *meta)
+void alloc_arena_cached_bytes(struct alloc_arena *a, size_t *data, size_t *meta)
 {
 	*data = *meta = 0;
 	for (struct alloc_tcache *tc = a->tcaches; tc; tc = tc->next)
@@ -141,7 +141,7 @@ void arena_cached_bytes(struct alloc_arena *a, size_t *data, size_t *meta)
 static void *take_locked(struct alloc_arena *a, unsigned cls)
 {
 	pthread_mutex_lock(&a->lock);
-	void *p = arena_take(a, cls);
+	void *p = alloc_arena_take(a, cls);
 	pthread_mutex_unlock(&a->lock);
 	return p;
 }
@@ -152,7 +152,7 @@ static void *refill(struct alloc_arena *a, unsigned cls, struct alloc_mag *m)
 	unsigned want = m->cap / 2 + 1, n = 0;
 	pthread_mutex_lock(&a->lock);
 	while (n < want) {
-		void *p = arena_take(a, cls);
+		void *p = alloc_arena_take(a, cls);
 		if (!p)
 			break;
 		m->slot[n++] = p;
@@ -242,7 +242,7 @@ obj_put(struct alloc_arena *a, struct alloc_tcache *tc, unsigned cls, void *p)
 		return;
 	}
 	pthread_mutex_lock(&a->lock);
-	arena_give(a, cls, p);
+	alloc_arena_give(a, cls, p);
 	pthread_mutex_unlock(&a->lock);
 }
 
