@@ -5,16 +5,20 @@
  * whole-folio tracking every 4 KiB write sends its whole 64 KiB folio to
  * the device.
  *
- * All threads share ONE mapping, as the threads of a database share one
- * file's cache. A sync writes back every dirty block of the mapping, so a
- * thread's sync may also carry another thread's write; the write
- * amplification figure (bytes submitted to the engine per byte written)
- * stays exact because both counters are the mapping's own.
+ * --files N splits --size over N files, each with its own mapping and
+ * engine; job j works on file j % N. The default is one file per job, as
+ * fio lays out numjobs, because that is what a comparison with fio or with
+ * a plain pwrite + fdatasync loop measures. With --files 1 all threads
+ * share ONE mapping, as the threads of a database share one file's cache:
+ * a sync writes back every dirty block of the mapping, so a thread's sync
+ * may also carry another thread's write; the write amplification figure
+ * (bytes submitted to the engine per byte written) stays exact because
+ * both counters are the mappings' own.
  *
- * Three variants run over the same file, with the same threads and the
+ * Three variants run over the same files, with the same threads and the
  * same offsets (thread i draws from the same seed in every variant):
  * per-block tracking, whole-folio tracking (FOLIO_MAPPING_FOLIO_DIRTY),
- * and the kernel page cache (pwrite + fdatasync on the file itself).
+ * and the kernel page cache (pwrite + fdatasync on the files themselves).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -26,6 +30,7 @@
 
 static bool no_kernel;
 static bool direct;
+static uint64_t nfiles;
 
 static struct bench_xopt xopts[] = {
 	{.name = "no-kernel", .type = BENCH_X_FLAG, .var = &no_kernel,
@@ -34,6 +39,10 @@ static struct bench_xopt xopts[] = {
 	 .help = "the library's engine writes with O_DIRECT (posix, uring):\n"
 		 "  how a database would embed it, with no second copy in\n"
 		 "  the kernel page cache"},
+	{.name = "files", .type = BENCH_X_UINT, .var = &nfiles, .metavar = "N",
+	 .help = "split --size over N files, job j on file j % N (default:\n"
+		 "  one file per job, as fio does; 1: all jobs share one\n"
+		 "  mapping)"},
 	{0},
 };
 
@@ -41,6 +50,7 @@ struct worker {
 	struct bench_ctx *c;
 	struct folio_mapping *m; /* NULL: the kernel variant */
 	int fd;
+	uint64_t file_size;
 	struct devmodel *dm; /* charges the kernel variant's writes */
 	unsigned index;
 	atomic_bool *stop;
@@ -54,7 +64,7 @@ static void *worker_main(void *arg)
 	struct worker *w = arg;
 	const struct bench_opts *o = &w->c->o;
 	uint64_t seed = 0x5eed0000u + w->index * 7919u + 1;
-	uint64_t slots = o->size / o->bs;
+	uint64_t slots = w->file_size / o->bs;
 	unsigned char *buf = malloc(o->bs);
 	if (!buf) {
 		w->error = -ENOMEM;
@@ -123,48 +133,92 @@ static int populate(struct folio_mapping *m, uint64_t size, size_t folio)
 	return err;
 }
 
-static int run_variant(struct bench_ctx *c, int fd, const char *name,
-		       int tracking, struct result *res)
+static void stats_add(struct folio_mapping_stats *sum,
+		      const struct folio_mapping_stats *st)
+{
+	sum->bytes_written += st->bytes_written;
+	sum->read_bytes += st->read_bytes;
+	sum->wb_requests += st->wb_requests;
+	sum->wb_bytes += st->wb_bytes;
+	sum->wb_merges += st->wb_merges;
+	sum->errors += st->errors;
+	sum->flushes += st->flushes;
+	sum->folios += st->folios;
+}
+
+/* One file of a variant: its descriptors, engine and mapping. */
+struct vfile {
+	int dfd; /* the O_DIRECT description, or -1 */
+	struct bench_engine be;
+	struct folio_mapping *m;
+};
+
+static int open_file(struct bench_ctx *c, struct vfile *f, int fd,
+		     uint64_t size, int tracking)
 {
 	const struct bench_opts *o = &c->o;
-	struct bench_engine be = {0};
-	struct folio_mapping *m = NULL;
+	/* A second open file description of the same file, so O_DIRECT
+	 * applies to the library's engine only. */
+	if (direct && o->engine != BENCH_ENGINE_MEM) {
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		f->dfd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
+		if (f->dfd < 0)
+			return -errno;
+	}
+	int err = bench_engine_open(c, &f->be, o->engine,
+				    f->dfd >= 0 ? f->dfd : fd, size);
+	if (err)
+		return err;
+	struct folio_mapping_opts mo = {
+		.sz = sizeof(mo),
+		.block_size = o->block_size,
+		.max_folio_size = o->folio_size,
+		.size = size,
+		.flags = tracking == BENCH_TRACK_FOLIO
+				 ? FOLIO_MAPPING_FOLIO_DIRTY : 0,
+		.engine = f->be.engine,
+	};
+	err = folio_mapping_new(&f->m, &mo);
+	return err ? err : populate(f->m, size, o->folio_size);
+}
+
+static int close_file(struct vfile *f)
+{
+	int err = 0;
+	if (f->m) {
+		int s = folio_mapping_sync(f->m, NULL);
+		int r = folio_mapping_free(f->m);
+		err = s ? s : r;
+	}
+	bench_engine_close(&f->be);
+	if (f->dfd >= 0)
+		close(f->dfd);
+	return err;
+}
+
+static int run_variant(struct bench_ctx *c, const int *fds, unsigned n,
+		       uint64_t file_size, const char *name, int tracking,
+		       struct result *res)
+{
+	const struct bench_opts *o = &c->o;
 	struct devmodel *kdm = NULL;
 	struct worker *w = calloc(o->jobs, sizeof(*w));
-	int err = w ? 0 : -ENOMEM;
+	struct vfile *f = calloc(n, sizeof(*f));
+	int err = w && f ? 0 : -ENOMEM;
 	struct folio_mapping_stats before = {.sz = sizeof(before)};
 	struct folio_mapping_stats after = {.sz = sizeof(after)};
 
-	/* A second open file description of the same file, so O_DIRECT
-	 * applies to the library's engine only. */
-	int dfd = -1;
-	if (!err && tracking >= 0 && direct && o->engine != BENCH_ENGINE_MEM) {
-		char path[64];
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-		dfd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
-		if (dfd < 0)
-			err = -errno;
+	for (unsigned i = 0; f && i < n; i++)
+		f[i].dfd = -1;
+	for (unsigned i = 0; !err && tracking >= 0 && i < n; i++) {
+		err = open_file(c, &f[i], fds[i], file_size, tracking);
+		struct folio_mapping_stats st = {.sz = sizeof(st)};
+		if (!err)
+			err = folio_mapping_stats(f[i].m, &st);
+		stats_add(&before, &st);
 	}
-	if (!err && tracking >= 0) {
-		err = bench_engine_open(c, &be, o->engine, dfd >= 0 ? dfd : fd,
-					o->size);
-		if (err)
-			goto out;
-		struct folio_mapping_opts mo = {
-			.sz = sizeof(mo),
-			.block_size = o->block_size,
-			.max_folio_size = o->folio_size,
-			.size = o->size,
-			.flags = tracking == BENCH_TRACK_FOLIO
-					 ? FOLIO_MAPPING_FOLIO_DIRTY : 0,
-			.engine = be.engine,
-		};
-		err = folio_mapping_new(&m, &mo);
-		if (!err)
-			err = populate(m, o->size, o->folio_size);
-		if (!err)
-			err = folio_mapping_stats(m, &before);
-	} else if (!err && o->dm.on) {
+	if (!err && tracking < 0 && o->dm.on) {
 		err = devmodel_new(&kdm, &o->dm);
 		c->modelled = true;
 	}
@@ -173,7 +227,9 @@ static int run_variant(struct bench_ctx *c, int fd, const char *name,
 
 	atomic_bool stop;
 	for (unsigned i = 0; i < o->jobs; i++)
-		w[i] = (struct worker){.c = c, .m = m, .fd = fd, .dm = kdm,
+		w[i] = (struct worker){.c = c, .m = f[i % n].m,
+				       .fd = fds[i % n],
+				       .file_size = file_size, .dm = kdm,
 				       .index = i, .stop = &stop};
 	char what[96];
 	snprintf(what, sizeof(what), "randwrite-sync [%s]", name);
@@ -208,29 +264,31 @@ static int run_variant(struct bench_ctx *c, int fd, const char *name,
 	bench_num(v, "p50_us", res->p50_us);
 	bench_num(v, "p99_us", res->p99_us);
 	bench_lat_free(&all);
-	if (m) {
-		folio_mapping_stats(m, &after);
+	if (tracking >= 0) {
+		for (unsigned i = 0; i < n; i++) {
+			struct folio_mapping_stats st = {.sz = sizeof(st)};
+			folio_mapping_stats(f[i].m, &st);
+			stats_add(&after, &st);
+		}
 		res->wa = bench_mapping_stats(v, &before, &after);
 		bench_num(v, "folios", (double)after.folios);
 	} else {
 		bench_num(v, "write_amplification", res->wa);
 	}
-	bench_devmodel_stats(v, be.dm ? be.dm : kdm);
+	/* --device-model keeps one file, so one device (see run()). */
+	bench_devmodel_stats(v, f[0].be.dm ? f[0].be.dm : kdm);
 
 out:
-	if (m) {
-		int s = folio_mapping_sync(m, NULL);
-		int f = folio_mapping_free(m);
-		if (!err && (s || f))
-			err = s ? s : f;
+	for (unsigned i = 0; f && i < n; i++) {
+		int r = close_file(&f[i]);
+		if (!err)
+			err = r;
 	}
-	bench_engine_close(&be);
-	if (dfd >= 0)
-		close(dfd);
 	devmodel_free(kdm);
 	for (unsigned i = 0; w && i < o->jobs; i++)
 		bench_lat_free(&w[i].lat);
 	free(w);
+	free(f);
 	if (err)
 		fprintf(stderr, "folio-bench randwrite-sync: %s: %s\n", name,
 			strerror(-err));
@@ -277,16 +335,30 @@ static int run(struct bench_ctx *c)
 				      "I/O");
 		kernel = false;
 	}
-	if (o->bs > o->size) {
+	bool files_given = false;
+	for (const struct bench_xopt *x = xopts; x->name; x++)
+		files_given |= x->var == &nfiles && x->given;
+	unsigned n = files_given ? (unsigned)nfiles : o->jobs;
+	if (!files_given && o->dm.on)
+		n = 1;
+	if (!n || n > o->jobs || (o->dm.on && n != 1)) {
+		fprintf(stderr, "folio-bench randwrite-sync: --files must be "
+				"1..--jobs, and 1 with --device-model (one "
+				"modelled device)\n");
+		return 2;
+	}
+	uint64_t file_size = o->size / n / o->bs * o->bs;
+	if (!file_size) {
 		fprintf(stderr, "folio-bench randwrite-sync: --bs exceeds "
-				"--size\n");
+				"--size / --files\n");
 		return 2;
 	}
 	char s1[32], s2[32], s3[32], s4[32];
-	bench_title(c, "%s random overwrites + sync, %u jobs on one mapping, "
-		       "%s file, %s folios, %s blocks, %s engine%s",
-		    bench_fmt_size(s1, sizeof(s1), o->bs), o->jobs,
-		    bench_fmt_size(s2, sizeof(s2), o->size),
+	bench_title(c, "%s random overwrites + sync, %u jobs on %u %s of %s, "
+		       "%s folios, %s blocks, %s engine%s",
+		    bench_fmt_size(s1, sizeof(s1), o->bs), o->jobs, n,
+		    n == 1 ? "mapping" : "mappings",
+		    bench_fmt_size(s2, sizeof(s2), file_size),
 		    bench_fmt_size(s3, sizeof(s3), o->folio_size),
 		    bench_fmt_size(s4, sizeof(s4), o->block_size),
 		    bench_engine_name(o->engine),
@@ -294,31 +366,42 @@ static int run(struct bench_ctx *c)
 							    : "");
 	bench_param_num(c, "kernel", kernel);
 	bench_param_num(c, "direct", direct && o->engine != BENCH_ENGINE_MEM);
+	bench_param_num(c, "files", n);
 
-	int fd = bench_tmpfile(o->dir);
-	if (fd < 0)
+	int *fds = calloc(n, sizeof(*fds));
+	if (!fds)
 		return 1;
-	int err = bench_prefill(fd, o->size);
-	if (err) {
-		fprintf(stderr, "folio-bench randwrite-sync: preparing the "
-				"file: %s\n",
-			strerror(-err));
-		close(fd);
-		return 1;
+	int err = 0;
+	unsigned opened = 0;
+	while (!err && opened < n) {
+		int fd = bench_tmpfile(o->dir);
+		if (fd < 0) {
+			err = -EIO;
+			break;
+		}
+		fds[opened++] = fd;
+		err = bench_prefill(fd, file_size);
+		if (err)
+			fprintf(stderr, "folio-bench randwrite-sync: preparing "
+					"a file: %s\n",
+				strerror(-err));
 	}
 	bool only = o->given & BOPT_TRACKING;
 	bool do_block = !only || o->tracking == BENCH_TRACK_BLOCK;
 	bool do_folio = !only || o->tracking == BENCH_TRACK_FOLIO;
 	struct result rb = {0}, rf = {0}, rk = {0};
-	if (do_block)
-		err = run_variant(c, fd, "block tracking", BENCH_TRACK_BLOCK,
-				  &rb);
+	if (!err && do_block)
+		err = run_variant(c, fds, n, file_size, "block tracking",
+				  BENCH_TRACK_BLOCK, &rb);
 	if (!err && do_folio)
-		err = run_variant(c, fd, "whole-folio", BENCH_TRACK_FOLIO,
-				  &rf);
+		err = run_variant(c, fds, n, file_size, "whole-folio",
+				  BENCH_TRACK_FOLIO, &rf);
 	if (!err && kernel)
-		err = run_variant(c, fd, "kernel page cache", -1, &rk);
-	close(fd);
+		err = run_variant(c, fds, n, file_size, "kernel page cache",
+				  -1, &rk);
+	for (unsigned i = 0; i < opened; i++)
+		close(fds[i]);
+	free(fds);
 	if (err)
 		return 1;
 
@@ -354,12 +437,15 @@ static struct bench_cmd cmd = {
 	"Preallocates a file (written and fdatasync'd), caches all of it, then\n"
 	"--jobs threads write --bs bytes at random --bs-aligned offsets, each\n"
 	"write followed by folio_mapping_sync() (writeback + wait + engine\n"
-	"flush, i.e. fdatasync for posix/uring). All threads share one mapping,\n"
-	"so one thread's sync may carry another's dirty blocks. Variants, same\n"
+	"flush, i.e. fdatasync for posix/uring). --files N (default: --jobs,\n"
+	"one file per job as fio does) splits --size over N files, each its\n"
+	"own mapping and engine; job j uses file j % N. With --files 1 all\n"
+	"threads share one mapping, so one thread's sync may carry another's\n"
+	"dirty blocks. Variants, same files,\n"
 	"threads and offsets: per-block tracking, whole-folio tracking\n"
 	"(FOLIO_MAPPING_FOLIO_DIRTY: a write dirties and writes back its whole\n"
 	"folio), and the kernel page cache (pwrite + fdatasync on the same\n"
-	"file). --tracking runs only that library variant. Reports MB/s, IOPS,\n"
+	"files). --tracking runs only that library variant. Reports MB/s, IOPS,\n"
 	"p50/p99 latency of write+sync, and write amplification = bytes the\n"
 	"mapping submitted to the engine / bytes written (1.00 for per-block,\n"
 	"folio/block for whole-folio tracking). With --device-model the kernel\n"
