@@ -3,32 +3,127 @@
  * The posix engine: positioned vectored I/O on a file descriptor, done
  * inside submit(). Positioned calls share no file offset, so any number of
  * threads may submit at once without a lock.
+ *
+ * One copy in RAM. The library caches what it reads and writes, so the
+ * kernel's copy of the same pages in its page cache is memory spent twice.
+ * Unless FOLIO_POSIX_KEEP_PAGE_CACHE is given, the engine tells the kernel
+ * to drop its pages (posix_fadvise DONTNEED) once the library holds the
+ * data: a read range right after the read, a written range only after a
+ * flush made it clean, since the kernel silently keeps dirty or
+ * under-writeback pages (and DONTNEED on a dirty range would only start
+ * early writeback). Reopening the file with O_DIRECT would avoid the copy
+ * altogether, but without the library's own readahead a direct reader of
+ * small calls loses the kernel's readahead (doc/design.md has the
+ * figures); a caller who wants that passes an O_DIRECT descriptor.
  */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "base/spinlock.h"
 #include "engines/fd.h"
+
+struct posix_engine {
+	struct engine_fd f;
+	bool drop; /* fadvise the kernel's pages away after our I/O */
+	/* Bytes written since the last flush began, as one covering range
+	 * [wr_start, wr_end) (empty when wr_start >= wr_end): a flush drops
+	 * exactly what it cleaned, not pages other users of the file rely
+	 * on. One range, not a list: writeback goes in position order, so
+	 * between two flushes the written ranges are mostly one run. */
+	spinlock_t wr_lock;
+	uint64_t wr_start, wr_end;
+};
+
+/*
+ * The kernel drops only the folios of its page cache that lie wholly
+ * inside the range, and its readahead makes large ones (up to a PMD, 2 MiB
+ * on x86-64, aligned to their size). A sequential reader's request
+ * boundaries cut through them, so dropping just the request's own range
+ * would leave most of a file cached (measured: 226 of 256 MiB with 1 MiB
+ * reads). Starting the range at the boundary of the largest folio before
+ * it catches the folio the previous request left straddling. The end is
+ * not rounded up: the folio beyond it holds the kernel's readahead that
+ * the next request is about to read, and dropping it would read it twice.
+ * Pages before the request that the library never asked for may go too;
+ * only kernel-cache pages, so only a later miss for someone else.
+ */
+#define POSIX_DROP_ALIGN ((uint64_t)2 << 20)
+
+static void drop_range(int fd, uint64_t pos, uint64_t end)
+{
+	uint64_t start = pos & ~(POSIX_DROP_ALIGN - 1);
+	/* Advice: failure (a file system without fadvise) costs only the
+	 * second copy, so it is not an I/O error. */
+	(void)posix_fadvise(fd, (off_t)start, (off_t)(end - start),
+			    POSIX_FADV_DONTNEED);
+}
+
+static void written(struct posix_engine *p, uint64_t pos, uint64_t end)
+{
+	spin_lock(&p->wr_lock);
+	if (p->wr_start >= p->wr_end) {
+		p->wr_start = pos;
+		p->wr_end = end;
+	} else {
+		p->wr_start = MIN(p->wr_start, pos);
+		p->wr_end = MAX(p->wr_end, end);
+	}
+	spin_unlock(&p->wr_lock);
+}
 
 static int posix_submit(void *arg, struct folio_io *io)
 {
-	const struct engine_fd *f = arg;
+	struct posix_engine *p = arg;
 	int ret = engine_check_io(io);
 	if (ret)
 		return ret;
-	ret = engine_fd_submit_tail(f, io);
-	if (ret)
-		return ret < 0 ? ret : 0;
-	folio_io_complete(io, engine_fd_rw(f->fd, f->direct, io));
+	/* Read before completing: the completion may free io. */
+	bool rd = io->op == FOLIO_IO_READ;
+	uint64_t pos = io->dev_pos, len = io->len;
+	ret = engine_fd_submit_tail(&p->f, io);
+	if (ret < 0)
+		return ret;
+	ssize_t res = 0;
+	if (!ret)
+		res = engine_fd_rw(p->f.fd, p->f.direct, io);
+	/* Dropped before the completion makes the data visible, so a test
+	 * (or a caller) that looks at the page cache after the request sees
+	 * the effect. A failed transfer may have left nothing to drop. */
+	if (p->drop && len && res >= 0) {
+		if (rd)
+			drop_range(p->f.fd, pos, pos + len);
+		else
+			written(p, pos, pos + len);
+	}
+	if (!ret)
+		folio_io_complete(io, res);
 	return 0;
 }
 
 static int posix_flush(void *arg)
 {
-	const struct engine_fd *f = arg;
-	while (fdatasync(f->fd)) {
-		if (errno != EINTR)
-			return -errno;
+	struct posix_engine *p = arg;
+	uint64_t start = 0, end = 0;
+	if (p->drop) {
+		/* Taken before fdatasync: what was written before this point
+		 * is clean after it; later writes wait for the next flush. */
+		spin_lock(&p->wr_lock);
+		start = p->wr_start;
+		end = p->wr_end;
+		p->wr_start = p->wr_end = 0;
+		spin_unlock(&p->wr_lock);
 	}
+	while (fdatasync(p->f.fd)) {
+		if (errno != EINTR) {
+			int err = -errno;
+			if (start < end)
+				written(p, start, end); /* for the retry */
+			return err;
+		}
+	}
+	if (start < end)
+		drop_range(p->f.fd, start, end);
 	return 0;
 }
 
@@ -36,13 +131,15 @@ static int posix_truncate(void *arg, uint64_t size)
 {
 	if (size > FOLIO_MAX_POS)
 		return -EINVAL;
-	return engine_fd_truncate(arg, size);
+	struct posix_engine *p = arg;
+	return engine_fd_truncate(&p->f, size);
 }
 
 static void posix_destroy(void *arg)
 {
-	engine_fd_close(arg);
-	free(arg);
+	struct posix_engine *p = arg;
+	engine_fd_close(&p->f);
+	free(p);
 }
 
 static const struct folio_engine_ops posix_ops = {
@@ -55,22 +152,32 @@ static const struct folio_engine_ops posix_ops = {
 
 int folio_engine_posix(struct folio_engine **out, int fd, unsigned flags)
 {
-	if (!out || fd < 0 || (flags & ~FOLIO_ENGINE_DIRECT))
+	if (!out || fd < 0 ||
+	    (flags & ~(FOLIO_ENGINE_DIRECT | FOLIO_POSIX_KEEP_PAGE_CACHE)))
 		return -EINVAL;
 	struct engine_fd f;
-	int ret = engine_fd_open(&f, fd, flags);
+	int ret = engine_fd_open(&f, fd, flags & FOLIO_ENGINE_DIRECT);
 	if (ret)
 		return ret;
-	struct engine_fd *c = malloc(sizeof(*c));
-	if (!c) {
+	struct posix_engine *p = malloc(sizeof(*p));
+	if (!p) {
 		engine_fd_close(&f);
 		return -ENOMEM;
 	}
-	*c = f;
-	ret = engine_create(out, &posix_ops, c, ENGINE_POSIX);
+	p->f = f;
+	/* An O_DIRECT descriptor bypasses the page cache already (its rare
+	 * buffered tail writes, fd.c, leave one page per object): the
+	 * fadvise calls would buy nothing. */
+	int fl = fcntl(fd, F_GETFL);
+	p->drop = !(flags & FOLIO_POSIX_KEEP_PAGE_CACHE);
+	if (p->drop && fl >= 0 && (fl & O_DIRECT))
+		p->drop = false;
+	spin_init(&p->wr_lock);
+	p->wr_start = p->wr_end = 0;
+	ret = engine_create(out, &posix_ops, p, ENGINE_POSIX);
 	if (ret) {
-		engine_fd_close(c);
-		free(c);
+		engine_fd_close(&p->f);
+		free(p);
 	}
 	return ret;
 }
