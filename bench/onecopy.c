@@ -7,13 +7,14 @@
  * FOLIO_POSIX_KEEP_PAGE_CACHE (the old behaviour) and over an O_DIRECT
  * descriptor.
  *
- *   onecopy [--dir D] [--mib N] [--io BYTES] [--rounds R]
+ *   onecopy [--dir D] [--mib N] [--io BYTES] [--rounds R] [--mode M]
  *       N MiB (default 256) written in BYTES calls (default 1 MiB), then
  *       synced; the kernel's cache of the file dropped; the file read
  *       back cold in BYTES calls through a new mapping. Each mode runs in
  *       a fresh child process, modes interleaved round by round (the
  *       machine is noisy); medians of R rounds (default 5). D must be on
  *       a disk file system (default /var/tmp): tmpfs pages cannot drop.
+ *       --mode default|keep|odirect runs that one alone.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,7 +41,18 @@ struct result {
 	double write_mbs, read_mbs;
 	double kernel_after_sync_mib, kernel_after_read_mib;
 	double rss_after_read_mib; /* growth over the process before I/O */
+	/* CPU time of this process per MiB (user + system, µs): steadier than
+	 * throughput on a shared disk, and where the fadvise calls show. */
+	double write_cpu_us, read_cpu_us;
 };
+
+static double cpu_now(void)
+{
+	struct rusage u;
+	getrusage(RUSAGE_SELF, &u);
+	return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+	       (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
 
 static double now(void)
 {
@@ -105,7 +118,7 @@ static void run(const char *path, enum mode md, size_t len, size_t io,
 
 	struct folio_engine *e = engine_on(fd, md);
 	struct folio_mapping *m = mapping_on(e, 0);
-	double t = now();
+	double t = now(), c = cpu_now();
 	for (size_t off = 0; off < len; off += io) {
 		ssize_t r = folio_mapping_write(m, buf, io, off);
 		if (r != (ssize_t)io)
@@ -115,6 +128,7 @@ static void run(const char *path, enum mode md, size_t len, size_t io,
 	if (r)
 		die("sync", r);
 	res->write_mbs = (double)len / MIB / (now() - t);
+	res->write_cpu_us = (cpu_now() - c) * 1e6 / (double)(len / MIB);
 	res->kernel_after_sync_mib = cached_mib(fd, len);
 	/* Cold for the read: neither cache holds the file. */
 	folio_mapping_free(m);
@@ -122,12 +136,14 @@ static void run(const char *path, enum mode md, size_t len, size_t io,
 
 	m = mapping_on(e, len);
 	t = now();
+	c = cpu_now();
 	for (size_t off = 0; off < len; off += io) {
 		ssize_t n = folio_mapping_read(m, buf, io, off);
 		if (n != (ssize_t)io)
 			die("read", n < 0 ? n : -EIO);
 	}
 	res->read_mbs = (double)len / MIB / (now() - t);
+	res->read_cpu_us = (cpu_now() - c) * 1e6 / (double)(len / MIB);
 	res->rss_after_read_mib = (double)(statm_rss_pages() - rss0) *
 				  (double)sysconf(_SC_PAGESIZE) / (double)MIB;
 	res->kernel_after_read_mib = cached_mib(fd, len);
@@ -184,6 +200,7 @@ int main(int argc, char **argv)
 	const char *dir = "/var/tmp";
 	size_t mib = 256, io = MIB;
 	int rounds = 5;
+	int only = -1;
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--dir"))
 			dir = argv[i + 1];
@@ -193,8 +210,13 @@ int main(int argc, char **argv)
 			io = strtoul(argv[i + 1], NULL, 0);
 		else if (!strcmp(argv[i], "--rounds"))
 			rounds = atoi(argv[i + 1]);
-		else
+		else if (!strcmp(argv[i], "--mode")) {
+			for (int md = 0; md < M_COUNT; md++)
+				if (!strcmp(argv[i + 1], mode_name[md]))
+					only = md;
+		} else {
 			break;
+		}
 	}
 	size_t len = mib * MIB;
 	if (rounds < 1 || rounds > MAX_ROUNDS || !io || io % 4096 ||
@@ -214,6 +236,8 @@ int main(int argc, char **argv)
 			/* Rotated, so no mode always follows the same one
 			 * (the file system still frees the last file). */
 			int md = (j + k) % M_COUNT;
+			if (only >= 0 && md != only)
+				continue;
 			if (run_child(path, (enum mode)md, len, io, &r[md][k])) {
 				fprintf(stderr, "onecopy: %s failed\n",
 					mode_name[md]);
@@ -223,22 +247,30 @@ int main(int argc, char **argv)
 
 	printf("%zu MiB file in %s, %zu-byte calls, median of %d rounds\n",
 	       mib, dir, io, rounds);
-	printf("%-8s %10s %10s %14s %14s %12s\n", "mode", "write MB/s",
-	       "read MB/s", "kernel MiB", "kernel MiB", "lib RSS MiB");
-	printf("%-8s %10s %10s %14s %14s %12s\n", "", "(+sync)", "(cold)",
-	       "after sync", "after read", "after read");
+	printf("%-8s %10s %10s %10s %10s %11s %11s %12s\n", "mode",
+	       "write MB/s", "read MB/s", "write CPU", "read CPU",
+	       "kernel MiB", "kernel MiB", "lib RSS MiB");
+	printf("%-8s %10s %10s %10s %10s %11s %11s %12s\n", "", "(+sync)",
+	       "(cold)", "µs/MiB", "µs/MiB", "after sync", "after read",
+	       "after read");
 	for (int md = 0; md < M_COUNT; md++) {
-		double v[5][MAX_ROUNDS];
+		if (only >= 0 && md != only)
+			continue;
+		double v[7][MAX_ROUNDS];
 		for (int k = 0; k < rounds; k++) {
 			v[0][k] = r[md][k].write_mbs;
 			v[1][k] = r[md][k].read_mbs;
 			v[2][k] = r[md][k].kernel_after_sync_mib;
 			v[3][k] = r[md][k].kernel_after_read_mib;
 			v[4][k] = r[md][k].rss_after_read_mib;
+			v[5][k] = r[md][k].write_cpu_us;
+			v[6][k] = r[md][k].read_cpu_us;
 		}
-		printf("%-8s %10.0f %10.0f %14.1f %14.1f %12.1f\n",
+		printf("%-8s %10.0f %10.0f %10.0f %10.0f %11.1f %11.1f "
+		       "%12.1f\n",
 		       mode_name[md], median(v[0], rounds),
-		       median(v[1], rounds), median(v[2], rounds),
+		       median(v[1], rounds), median(v[5], rounds),
+		       median(v[6], rounds), median(v[2], rounds),
 		       median(v[3], rounds), median(v[4], rounds));
 	}
 	return 0;
