@@ -731,8 +731,10 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  * after it is read, and every range written since the previous flush once
  * a flush (fdatasync()) has made it clean; dirty pages cannot be dropped,
  * so written data stays in the kernel's cache until the next flush. Only
- * whole pages go (the kernel keeps partly covered ones), and pages mapped
- * by some process stay. The cost is that data the library evicts must
+ * what the library read or wrote goes, and of that only the kernel's pages
+ * and folios wholly inside it (a read continuing a sequential stream also
+ * takes the large readahead folio the previous one cut, from the 2 MiB
+ * boundary below it); pages mapped by some process stay. The cost is that data the library evicts must
  * come from the device again instead of from the kernel's cache, one extra
  * system call per read and per flush, and that other readers of the file
  * (other processes, or the caller's own read() calls) lose the pages too:

@@ -210,6 +210,48 @@ static void test_page_cache_ranges(void **state)
 	tfile_close(&f);
 }
 
+/* Scattered reads and writes drop their own pages and nothing around
+ * them: a file the kernel holds but the library has yet to read keeps
+ * its cache, or the library's first reads of it would go to the device. */
+static void test_page_cache_neighbours(void **state)
+{
+	(void)state;
+	struct tfile f;
+	if (!disk_file(&f))
+		return;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), all = PC_LEN / page;
+	enum { N = 8, LEN = 64 << 10 };
+	char *in = xaligned(PC_LEN), *out = xaligned(PC_LEN);
+	fill(in, PC_LEN, 13);
+	/* Written in pages, so the kernel's folios are small and a drop
+	 * takes exactly what it covers. */
+	for (size_t off = 0; off < PC_LEN; off += page)
+		assert_int_equal(pwrite(f.fd, in + off, page, (off_t)off),
+				 (ssize_t)page);
+	assert_int_equal(fdatasync(f.fd), 0);
+	assert_true(cached_pages(f.fd, PC_LEN) >= all - all / 64);
+	struct folio_engine *e = posix_new(f.fd, 0);
+	/* Far apart and out of order: no stream, more than one range. */
+	for (int i = 0; i < N; i++) {
+		uint64_t pos = (uint64_t)((i * 5) % N) * (PC_LEN / N) + LEN;
+		assert_int_equal(do_io(e, FOLIO_IO_READ, pos, out, LEN, 1, 0),
+				 LEN);
+		assert_memory_equal(in + pos, out, LEN);
+		pos += 2 * LEN;
+		assert_int_equal(do_io(e, FOLIO_IO_WRITE, pos, in + pos, LEN,
+				       1, 0),
+				 LEN);
+	}
+	assert_int_equal(eng_flush(e), 0);
+	size_t gone = 2 * N * (LEN / page), left = cached_pages(f.fd, PC_LEN);
+	assert_true(left <= all - gone + all / 64);
+	assert_true(left >= all - gone);
+	assert_int_equal(folio_engine_free(e), 0);
+	free(in);
+	free(out);
+	tfile_close(&f);
+}
+
 int main(void)
 {
 	fe_engine = &posix_engine;
@@ -229,6 +271,7 @@ int main(void)
 		cmocka_unit_test(test_page_cache_dropped),
 		cmocka_unit_test(test_page_cache_kept),
 		cmocka_unit_test(test_page_cache_ranges),
+		cmocka_unit_test(test_page_cache_neighbours),
 	};
 	return cmocka_run_group_tests(tests, fe_group_setup, fe_group_teardown);
 }

@@ -17,57 +17,117 @@
  * figures); a caller who wants that passes an O_DIRECT descriptor.
  */
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "base/spinlock.h"
 #include "engines/fd.h"
 
+/* Written ranges a flush remembers apart: enough for the runs of a few
+ * writeback passes; beyond, a new range widens the nearest one. */
+#define POSIX_WR_RANGES 16
+
+struct posix_range {
+	uint64_t start, end;
+};
+
 struct posix_engine {
 	struct engine_fd f;
 	bool drop; /* fadvise the kernel's pages away after our I/O */
-	/* Bytes written since the last flush began, as one covering range
-	 * [wr_start, wr_end) (empty when wr_start >= wr_end): a flush drops
-	 * exactly what it cleaned, not pages other users of the file rely
-	 * on. One range, not a list: writeback goes in position order, so
-	 * between two flushes the written ranges are mostly one run. */
+	/* What was written since the last flush began, for that flush to
+	 * drop once it has cleaned it. Ranges, not one covering range: a
+	 * random writer's span is the whole file, and dropping it would take
+	 * kernel-cached pages the library never held (a prefilled file the
+	 * library has yet to read) and turn its next reads into device
+	 * reads. */
 	spinlock_t wr_lock;
-	uint64_t wr_start, wr_end;
+	int nwr;
+	struct posix_range wr[POSIX_WR_RANGES];
+	/* The current sequential read stream: where the last read ended and
+	 * where the stream began (see read_drop_start()). Relaxed: a race
+	 * only makes one drop narrower or as wide as a stream's. */
+	_Atomic uint64_t rd_end, rd_stream;
 };
 
-/*
- * The kernel drops only the folios of its page cache that lie wholly
- * inside the range, and its readahead makes large ones (up to a PMD, 2 MiB
- * on x86-64, aligned to their size). A sequential reader's request
- * boundaries cut through them, so dropping just the request's own range
- * would leave most of a file cached (measured: 226 of 256 MiB with 1 MiB
- * reads). Starting the range at the boundary of the largest folio before
- * it catches the folio the previous request left straddling. The end is
- * not rounded up: the folio beyond it holds the kernel's readahead that
- * the next request is about to read, and dropping it would read it twice.
- * Pages before the request that the library never asked for may go too;
- * only kernel-cache pages, so only a later miss for someone else.
- */
-#define POSIX_DROP_ALIGN ((uint64_t)2 << 20)
-
-static void drop_range(int fd, uint64_t pos, uint64_t end)
+static void drop_range(int fd, uint64_t start, uint64_t end)
 {
-	uint64_t start = pos & ~(POSIX_DROP_ALIGN - 1);
 	/* Advice: failure (a file system without fadvise) costs only the
 	 * second copy, so it is not an I/O error. */
 	(void)posix_fadvise(fd, (off_t)start, (off_t)(end - start),
 			    POSIX_FADV_DONTNEED);
 }
 
-static void written(struct posix_engine *p, uint64_t pos, uint64_t end)
+/*
+ * The kernel drops only the folios of its page cache that lie wholly
+ * inside the range, and its readahead makes large ones (up to a PMD, 2 MiB
+ * on x86-64, aligned to their size). A sequential reader's request
+ * boundaries cut through them, so dropping just each request's own range
+ * would leave most of a file cached (measured: 226 of 256 MiB with 1 MiB
+ * reads). A read that continues the stream therefore drops from the 2 MiB
+ * boundary below it (but not before the stream began: those pages are
+ * ones this stream read), which catches the folio the previous request
+ * left straddling. Any other read drops just its own range, so a random
+ * reader takes nothing from its neighbours. The end is never rounded up:
+ * the folio beyond it holds the kernel's readahead that the next request
+ * is about to read, and dropping it would read it twice.
+ */
+#define POSIX_DROP_ALIGN ((uint64_t)2 << 20)
+
+static uint64_t read_drop_start(struct posix_engine *p, uint64_t pos,
+				uint64_t end)
+{
+	uint64_t stream;
+	if (atomic_load_explicit(&p->rd_end, memory_order_relaxed) == pos) {
+		stream = atomic_load_explicit(&p->rd_stream,
+					      memory_order_relaxed);
+	} else {
+		stream = pos;
+		atomic_store_explicit(&p->rd_stream, pos, memory_order_relaxed);
+	}
+	atomic_store_explicit(&p->rd_end, end, memory_order_relaxed);
+	uint64_t start = pos & ~(POSIX_DROP_ALIGN - 1);
+	return MIN(pos, MAX(start, stream));
+}
+
+static bool ranges_touch(const struct posix_range *r, uint64_t start,
+			 uint64_t end)
+{
+	return start <= r->end && r->start <= end;
+}
+
+static uint64_t range_gap(const struct posix_range *r, uint64_t start,
+			  uint64_t end)
+{
+	return start > r->end ? start - r->end
+	       : r->start > end ? r->start - end
+				: 0;
+}
+
+/* Record [start, end) as written; with no free slot, widen the range
+ * nearest to it (the least collateral at the drop). */
+static void written(struct posix_engine *p, uint64_t start, uint64_t end)
 {
 	spin_lock(&p->wr_lock);
-	if (p->wr_start >= p->wr_end) {
-		p->wr_start = pos;
-		p->wr_end = end;
+	int best = -1;
+	for (int i = 0; i < p->nwr; i++) {
+		if (ranges_touch(&p->wr[i], start, end)) {
+			best = i;
+			break;
+		}
+		if (best < 0 || range_gap(&p->wr[i], start, end) <
+					range_gap(&p->wr[best], start, end))
+			best = i;
+	}
+	if (best >= 0 && (ranges_touch(&p->wr[best], start, end) ||
+			  p->nwr == POSIX_WR_RANGES)) {
+		p->wr[best].start = MIN(p->wr[best].start, start);
+		p->wr[best].end = MAX(p->wr[best].end, end);
 	} else {
-		p->wr_start = MIN(p->wr_start, pos);
-		p->wr_end = MAX(p->wr_end, end);
+		p->wr[p->nwr].start = start;
+		p->wr[p->nwr].end = end;
+		p->nwr++;
 	}
 	spin_unlock(&p->wr_lock);
 }
@@ -92,7 +152,8 @@ static int posix_submit(void *arg, struct folio_io *io)
 	 * the effect. A failed transfer may have left nothing to drop. */
 	if (p->drop && len && res >= 0) {
 		if (rd)
-			drop_range(p->f.fd, pos, pos + len);
+			drop_range(p->f.fd, read_drop_start(p, pos, pos + len),
+				   pos + len);
 		else
 			written(p, pos, pos + len);
 	}
@@ -104,26 +165,27 @@ static int posix_submit(void *arg, struct folio_io *io)
 static int posix_flush(void *arg)
 {
 	struct posix_engine *p = arg;
-	uint64_t start = 0, end = 0;
+	struct posix_range wr[POSIX_WR_RANGES];
+	int n = 0;
 	if (p->drop) {
 		/* Taken before fdatasync: what was written before this point
 		 * is clean after it; later writes wait for the next flush. */
 		spin_lock(&p->wr_lock);
-		start = p->wr_start;
-		end = p->wr_end;
-		p->wr_start = p->wr_end = 0;
+		n = p->nwr;
+		memcpy(wr, p->wr, (size_t)n * sizeof(wr[0]));
+		p->nwr = 0;
 		spin_unlock(&p->wr_lock);
 	}
 	while (fdatasync(p->f.fd)) {
 		if (errno != EINTR) {
 			int err = -errno;
-			if (start < end)
-				written(p, start, end); /* for the retry */
+			for (int i = 0; i < n; i++) /* for the retry */
+				written(p, wr[i].start, wr[i].end);
 			return err;
 		}
 	}
-	if (start < end)
-		drop_range(p->f.fd, start, end);
+	for (int i = 0; i < n; i++)
+		drop_range(p->f.fd, wr[i].start, wr[i].end);
 	return 0;
 }
 
@@ -173,7 +235,9 @@ int folio_engine_posix(struct folio_engine **out, int fd, unsigned flags)
 	if (p->drop && fl >= 0 && (fl & O_DIRECT))
 		p->drop = false;
 	spin_init(&p->wr_lock);
-	p->wr_start = p->wr_end = 0;
+	p->nwr = 0;
+	atomic_init(&p->rd_end, UINT64_MAX);
+	atomic_init(&p->rd_stream, 0);
 	ret = engine_create(out, &posix_ops, p, ENGINE_POSIX);
 	if (ret) {
 		engine_fd_close(&p->f);
