@@ -147,9 +147,10 @@ static int posix_submit(void *arg, struct folio_io *io)
 	ssize_t res = 0;
 	if (!ret)
 		res = engine_fd_rw(p->f.fd, p->f.direct, io);
-	/* Dropped before the completion makes the data visible, so a test
-	 * (or a caller) that looks at the page cache after the request sees
-	 * the effect. A failed transfer may have left nothing to drop. */
+	/* Before the completion: a write must be on record before anyone
+	 * can learn it is done and flush for it, and whoever looks at the
+	 * page cache after a read sees it dropped. A failed transfer may
+	 * have left nothing to drop. */
 	if (p->drop && len && res >= 0) {
 		if (rd)
 			drop_range(p->f.fd, read_drop_start(p, pos, pos + len),
