@@ -37,6 +37,7 @@
 
 #include "folio_state.h"
 #include "folio_state_mem.h"
+#include "statm.h"
 #ifndef ALLOC_RSS_PUBLIC_ONLY
 #include "alloc/alloc.h"
 #endif
@@ -48,16 +49,6 @@ static size_t meta_size(size_t size, size_t bs)
 {
 	size_t n = size / bs;
 	return 64 + (n > 1 ? (3 * n + 63) / 64 * 8 : 0);
-}
-
-static long statm_rss_pages(void)
-{
-	long vm = 0, rss = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
-	if (!f || fscanf(f, "%ld %ld", &vm, &rss) != 2)
-		exit(3);
-	fclose(f);
-	return rss;
 }
 
 static long rollup_rss_kib(void)

@@ -680,6 +680,9 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
 #define FOLIO_ENGINE_DIRECT 0x1u /* fd is O_DIRECT: requests must be aligned */
 #define FOLIO_URING_COMPLETION_THREAD 0x2u /* folio_engine_uring() only: an
 					    * engine thread reaps completions */
+#define FOLIO_POSIX_KEEP_PAGE_CACHE 0x4u /* folio_engine_posix() only: leave
+					  * the kernel's copy of the pages
+					  * cached (no fadvise DONTNEED) */
 
 /*
  * What O_DIRECT engines require of a request: dev_pos, len and every iovec
@@ -700,8 +703,9 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  * @out:   receives the engine on success.
  * @fd:    an open regular file or block device. It stays owned by the
  *         caller and must stay open until folio_engine_free().
- * @flags: 0 or FOLIO_ENGINE_DIRECT. An @fd opened with O_DIRECT gets the
- *         alignment checks even without the flag (fcntl(F_GETFL) tells).
+ * @flags: 0, or FOLIO_ENGINE_DIRECT and/or FOLIO_POSIX_KEEP_PAGE_CACHE. An
+ *         @fd opened with O_DIRECT gets the alignment checks even without
+ *         FOLIO_ENGINE_DIRECT (fcntl(F_GETFL) tells).
  *
  * submit() does the I/O and completes the request before it returns:
  * preadv()/pwritev() at io->dev_pos, looping on short transfers and EINTR
@@ -720,6 +724,25 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  * truncate() is ftruncate() (-EINVAL past FOLIO_MAX_POS); both return
  * -errno on failure. There is no wait(): nothing is ever in flight once
  * submit() has returned.
+ *
+ * One copy in RAM: the library caches what it reads and writes, so by
+ * default the engine asks the kernel to drop its own copy from the page
+ * cache (posix_fadvise(POSIX_FADV_DONTNEED)): the range of each read right
+ * after it is read, and every range written since the previous flush once
+ * a flush (fdatasync()) has made it clean; dirty pages cannot be dropped,
+ * so written data stays in the kernel's cache until the next flush. Only
+ * what the library read or wrote goes, and of that only the kernel's pages
+ * and folios wholly inside it (a read continuing a sequential stream also
+ * takes the large readahead folio the previous one cut, from the 2 MiB
+ * boundary below it); pages mapped by some process stay. The cost is that data the library evicts must
+ * come from the device again instead of from the kernel's cache, one extra
+ * system call per read and per flush, and that other readers of the file
+ * (other processes, or the caller's own read() calls) lose the pages too:
+ * pass FOLIO_POSIX_KEEP_PAGE_CACHE for files shared that way, or to have
+ * the kernel's cache as a second level behind a small library cache. An
+ * @fd opened with O_DIRECT bypasses the kernel's cache already and gets no
+ * fadvise calls (its buffered tail writes leave one page per object).
+ * doc/design.md ("One copy in RAM") has the measured trade-off.
  *
  * Context: creation from any thread (fcntl() and fstat() on @fd; in
  * direct mode an open() of /proc/self/fd/@fd). The engine's submit, flush

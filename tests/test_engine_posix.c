@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Tests of the posix engine on real files. What it shares with the io_uring
- * engine is tested by engine_test_util.c; here are only what is its own: a
- * its constructor's arguments.
+ * engine is tested by engine_test_util.c; here are only what is its own:
+ * its constructor's arguments, and that by default the kernel's page cache
+ * does not keep a second copy of what the engine read or wrote (mincore()
+ * on a mapping of the file tells what the kernel holds).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +12,12 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "engine_test_util.h"
@@ -41,6 +49,9 @@ static void test_bad_input(void **state)
 	assert_int_equal(folio_engine_posix(&e, -1, 0), -EINVAL);
 	assert_int_equal(folio_engine_posix(&e, 0, 0x100), -EINVAL);
 	assert_int_equal(folio_engine_posix(&e, 0,
+					    FOLIO_POSIX_KEEP_PAGE_CACHE | 0x8),
+			 -EINVAL);
+	assert_int_equal(folio_engine_posix(&e, 0,
 					    FOLIO_URING_COMPLETION_THREAD),
 			 -EINVAL);
 	int fd = dup(STDERR_FILENO);
@@ -48,6 +59,197 @@ static void test_bad_input(void **state)
 	close(fd);
 	assert_int_equal(folio_engine_posix(&e, fd, 0), -EBADF);
 	assert_null(e);
+}
+
+/* ---- one copy in RAM ------------------------------------------------ */
+
+/* Large enough for the kernel's readahead to build large folios, which
+ * straddle the requests (see posix.c). */
+enum { PC_LEN = 32 << 20, PC_CHUNK = 1 << 20 };
+
+/* Pages of [0, len) of fd that the kernel's page cache holds. */
+static size_t cached_pages(int fd, size_t len)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t n = (len + page - 1) / page;
+	void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	assert_true(m != MAP_FAILED);
+	unsigned char *vec = xmalloc(n);
+	assert_int_equal(mincore(m, len, vec), 0);
+	size_t in = 0;
+	for (size_t i = 0; i < n; i++)
+		in += vec[i] & 1;
+	free(vec);
+	munmap(m, len);
+	return in;
+}
+
+/* A file on a disk file system, whose page cache can be dropped (tmpfs
+ * pages are the file itself); false: skip. */
+static bool disk_file(struct tfile *f)
+{
+	void *w = &fe_disk;
+	if (!tfile_open(f, &w))
+		return false;
+	struct statfs sf;
+	assert_int_equal(fstatfs(f->fd, &sf), 0);
+	if (sf.f_type == 0x01021994 /* TMPFS_MAGIC */) {
+		printf("# skipping: %s is tmpfs\n", f->w->dir);
+		tfile_close(f);
+		return false;
+	}
+	return true;
+}
+
+static void rw_chunks(struct folio_engine *e, enum folio_io_op op, char *buf)
+{
+	for (size_t off = 0; off < PC_LEN; off += PC_CHUNK)
+		assert_int_equal(do_io(e, op, off, buf + off, PC_CHUNK, 3, 0),
+				 PC_CHUNK);
+}
+
+/*
+ * Default: written pages stay cached (dirty) until a flush, then go; read
+ * pages go right after the read. With FOLIO_POSIX_KEEP_PAGE_CACHE all of
+ * them stay. Data is right either way.
+ */
+static void page_cache_case(unsigned flags)
+{
+	struct tfile f;
+	if (!disk_file(&f))
+		return;
+	bool keep = flags & FOLIO_POSIX_KEEP_PAGE_CACHE;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), all = PC_LEN / page;
+	/* "Nearly none": another process touching the file, or the
+	 * kernel's readahead racing the drop, may leave a few. */
+	size_t few = all / 64;
+	char *in = xaligned(PC_LEN), *out = xaligned(PC_LEN);
+	fill(in, PC_LEN, 11);
+	struct folio_engine *e = posix_new(f.fd, flags);
+
+	rw_chunks(e, FOLIO_IO_WRITE, in);
+	/* Dirty: nothing may drop it before the flush. */
+	assert_true(cached_pages(f.fd, PC_LEN) >= all - few);
+	assert_int_equal(eng_flush(e), 0);
+	size_t after_flush = cached_pages(f.fd, PC_LEN);
+	if (keep)
+		assert_true(after_flush >= all - few);
+	else
+		assert_true(after_flush <= few);
+
+	/* Reads from a cold file (the kernel reads it in, with its own
+	 * readahead), and from a hot one (nothing to read in). */
+	for (int hot = 0; hot < 2; hot++) {
+		if (!hot) {
+			assert_int_equal(fdatasync(f.fd), 0);
+			assert_int_equal(posix_fadvise(f.fd, 0, 0,
+						       POSIX_FADV_DONTNEED),
+					 0);
+		} else {
+			assert_int_equal(pread(f.fd, out, PC_LEN, 0), PC_LEN);
+		}
+		memset(out, 0, PC_LEN);
+		rw_chunks(e, FOLIO_IO_READ, out);
+		assert_memory_equal(in, out, PC_LEN);
+		size_t after_read = cached_pages(f.fd, PC_LEN);
+		if (keep)
+			assert_true(after_read >= all - few);
+		else
+			assert_true(after_read <= few);
+	}
+	assert_int_equal(folio_engine_free(e), 0);
+	free(in);
+	free(out);
+	tfile_close(&f);
+}
+
+static void test_page_cache_dropped(void **state)
+{
+	(void)state;
+	page_cache_case(0);
+}
+
+static void test_page_cache_kept(void **state)
+{
+	(void)state;
+	page_cache_case(FOLIO_POSIX_KEEP_PAGE_CACHE);
+}
+
+/* Each flush drops what was written since the one before, wherever it
+ * was, and nothing else: pages the caller cached itself through @fd stay
+ * (the engine must not wipe the whole file's cache on every flush). */
+static void test_page_cache_ranges(void **state)
+{
+	(void)state;
+	struct tfile f;
+	if (!disk_file(&f))
+		return;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), half = PC_LEN / 2 / page;
+	char *in = xaligned(PC_LEN), *out = xaligned(PC_LEN);
+	fill(in, PC_LEN, 12);
+	struct folio_engine *e = posix_new(f.fd, 0);
+	assert_int_equal(do_io(e, FOLIO_IO_WRITE, PC_LEN / 2, in + PC_LEN / 2,
+			       PC_LEN / 2, 1, 0),
+			 PC_LEN / 2);
+	assert_int_equal(eng_flush(e), 0);
+	assert_true(cached_pages(f.fd, PC_LEN) <= half / 64);
+	assert_int_equal(do_io(e, FOLIO_IO_WRITE, 0, in, PC_LEN / 2, 2, 0),
+			 PC_LEN / 2);
+	assert_true(cached_pages(f.fd, PC_LEN) >= half - half / 64);
+	assert_int_equal(eng_flush(e), 0);
+	assert_true(cached_pages(f.fd, PC_LEN) <= half / 64);
+	/* A flush with nothing written drops nothing it should not: pages
+	 * the caller read itself stay. */
+	assert_int_equal(pread(f.fd, out, PC_LEN, 0), PC_LEN);
+	assert_memory_equal(in, out, PC_LEN);
+	assert_int_equal(eng_flush(e), 0);
+	assert_true(cached_pages(f.fd, PC_LEN) >= 2 * half - half / 32);
+	assert_int_equal(folio_engine_free(e), 0);
+	free(in);
+	free(out);
+	tfile_close(&f);
+}
+
+/* Scattered reads and writes drop their own pages and nothing around
+ * them: a file the kernel holds but the library has yet to read keeps
+ * its cache, or the library's first reads of it would go to the device. */
+static void test_page_cache_neighbours(void **state)
+{
+	(void)state;
+	struct tfile f;
+	if (!disk_file(&f))
+		return;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), all = PC_LEN / page;
+	enum { N = 8, LEN = 64 << 10 };
+	char *in = xaligned(PC_LEN), *out = xaligned(PC_LEN);
+	fill(in, PC_LEN, 13);
+	/* Written in pages, so the kernel's folios are small and a drop
+	 * takes exactly what it covers. */
+	for (size_t off = 0; off < PC_LEN; off += page)
+		assert_int_equal(pwrite(f.fd, in + off, page, (off_t)off),
+				 (ssize_t)page);
+	assert_int_equal(fdatasync(f.fd), 0);
+	assert_true(cached_pages(f.fd, PC_LEN) >= all - all / 64);
+	struct folio_engine *e = posix_new(f.fd, 0);
+	/* Far apart and out of order: no stream, more than one range. */
+	for (int i = 0; i < N; i++) {
+		uint64_t pos = (uint64_t)((i * 5) % N) * (PC_LEN / N) + LEN;
+		assert_int_equal(do_io(e, FOLIO_IO_READ, pos, out, LEN, 1, 0),
+				 LEN);
+		assert_memory_equal(in + pos, out, LEN);
+		pos += 2 * LEN;
+		assert_int_equal(do_io(e, FOLIO_IO_WRITE, pos, in + pos, LEN,
+				       1, 0),
+				 LEN);
+	}
+	assert_int_equal(eng_flush(e), 0);
+	size_t gone = 2 * N * (LEN / page), left = cached_pages(f.fd, PC_LEN);
+	assert_true(left <= all - gone + all / 64);
+	assert_true(left >= all - gone);
+	assert_int_equal(folio_engine_free(e), 0);
+	free(in);
+	free(out);
+	tfile_close(&f);
 }
 
 int main(void)
@@ -66,6 +268,10 @@ int main(void)
 		FE_TEST(errors),
 		FE_TEST(bad_requests),
 		cmocka_unit_test(test_bad_input),
+		cmocka_unit_test(test_page_cache_dropped),
+		cmocka_unit_test(test_page_cache_kept),
+		cmocka_unit_test(test_page_cache_ranges),
+		cmocka_unit_test(test_page_cache_neighbours),
 	};
 	return cmocka_run_group_tests(tests, fe_group_setup, fe_group_teardown);
 }

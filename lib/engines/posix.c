@@ -3,32 +3,190 @@
  * The posix engine: positioned vectored I/O on a file descriptor, done
  * inside submit(). Positioned calls share no file offset, so any number of
  * threads may submit at once without a lock.
+ *
+ * One copy in RAM. The library caches what it reads and writes, so the
+ * kernel's copy of the same pages in its page cache is memory spent twice.
+ * Unless FOLIO_POSIX_KEEP_PAGE_CACHE is given, the engine tells the kernel
+ * to drop its pages (posix_fadvise DONTNEED) once the library holds the
+ * data: a read range right after the read, a written range only after a
+ * flush made it clean, since the kernel silently keeps dirty or
+ * under-writeback pages (and DONTNEED on a dirty range would only start
+ * early writeback). Reopening the file with O_DIRECT would avoid the copy
+ * altogether, but without the library's own readahead a direct reader of
+ * small calls loses the kernel's readahead (doc/design.md has the
+ * figures); a caller who wants that passes an O_DIRECT descriptor.
  */
+#include <fcntl.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
+#include "base/spinlock.h"
 #include "engines/fd.h"
+
+/* Written ranges a flush remembers apart: enough for the runs of a few
+ * writeback passes; beyond, a new range widens the nearest one. */
+#define POSIX_WR_RANGES 16
+
+struct posix_range {
+	uint64_t start, end;
+};
+
+struct posix_engine {
+	struct engine_fd f;
+	bool drop; /* fadvise the kernel's pages away after our I/O */
+	/* What was written since the last flush began, for that flush to
+	 * drop once it has cleaned it. Ranges, not one covering range: a
+	 * random writer's span is the whole file, and dropping it would take
+	 * kernel-cached pages the library never held (a prefilled file the
+	 * library has yet to read) and turn its next reads into device
+	 * reads. */
+	spinlock_t wr_lock;
+	int nwr;
+	struct posix_range wr[POSIX_WR_RANGES];
+	/* The current sequential read stream: where the last read ended and
+	 * where the stream began (see read_drop_start()). Relaxed: a race
+	 * only makes one drop narrower or as wide as a stream's. */
+	_Atomic uint64_t rd_end, rd_stream;
+};
+
+static void drop_range(int fd, uint64_t start, uint64_t end)
+{
+	/* Advice: failure (a file system without fadvise) costs only the
+	 * second copy, so it is not an I/O error. */
+	(void)posix_fadvise(fd, (off_t)start, (off_t)(end - start),
+			    POSIX_FADV_DONTNEED);
+}
+
+/*
+ * The kernel drops only the folios of its page cache that lie wholly
+ * inside the range, and its readahead makes large ones (up to a PMD, 2 MiB
+ * on x86-64, aligned to their size). A sequential reader's request
+ * boundaries cut through them, so dropping just each request's own range
+ * would leave most of a file cached (measured: 226 of 256 MiB with 1 MiB
+ * reads). A read that continues the stream therefore drops from the 2 MiB
+ * boundary below it (but not before the stream began: those pages are
+ * ones this stream read), which catches the folio the previous request
+ * left straddling. Any other read drops just its own range, so a random
+ * reader takes nothing from its neighbours. The end is never rounded up:
+ * the folio beyond it holds the kernel's readahead that the next request
+ * is about to read, and dropping it would read it twice.
+ */
+#define POSIX_DROP_ALIGN ((uint64_t)2 << 20)
+
+static uint64_t read_drop_start(struct posix_engine *p, uint64_t pos,
+				uint64_t end)
+{
+	uint64_t stream;
+	if (atomic_load_explicit(&p->rd_end, memory_order_relaxed) == pos) {
+		stream = atomic_load_explicit(&p->rd_stream,
+					      memory_order_relaxed);
+	} else {
+		stream = pos;
+		atomic_store_explicit(&p->rd_stream, pos, memory_order_relaxed);
+	}
+	atomic_store_explicit(&p->rd_end, end, memory_order_relaxed);
+	uint64_t start = pos & ~(POSIX_DROP_ALIGN - 1);
+	return MIN(pos, MAX(start, stream));
+}
+
+static bool ranges_touch(const struct posix_range *r, uint64_t start,
+			 uint64_t end)
+{
+	return start <= r->end && r->start <= end;
+}
+
+static uint64_t range_gap(const struct posix_range *r, uint64_t start,
+			  uint64_t end)
+{
+	return start > r->end ? start - r->end
+	       : r->start > end ? r->start - end
+				: 0;
+}
+
+/* Record [start, end) as written; with no free slot, widen the range
+ * nearest to it (the least collateral at the drop). */
+static void written(struct posix_engine *p, uint64_t start, uint64_t end)
+{
+	spin_lock(&p->wr_lock);
+	int best = -1;
+	for (int i = 0; i < p->nwr; i++) {
+		if (ranges_touch(&p->wr[i], start, end)) {
+			best = i;
+			break;
+		}
+		if (best < 0 || range_gap(&p->wr[i], start, end) <
+					range_gap(&p->wr[best], start, end))
+			best = i;
+	}
+	if (best >= 0 && (ranges_touch(&p->wr[best], start, end) ||
+			  p->nwr == POSIX_WR_RANGES)) {
+		p->wr[best].start = MIN(p->wr[best].start, start);
+		p->wr[best].end = MAX(p->wr[best].end, end);
+	} else {
+		p->wr[p->nwr].start = start;
+		p->wr[p->nwr].end = end;
+		p->nwr++;
+	}
+	spin_unlock(&p->wr_lock);
+}
 
 static int posix_submit(void *arg, struct folio_io *io)
 {
-	const struct engine_fd *f = arg;
+	struct posix_engine *p = arg;
 	int ret = engine_check_io(io);
 	if (ret)
 		return ret;
-	ret = engine_fd_submit_tail(f, io);
-	if (ret)
-		return ret < 0 ? ret : 0;
-	folio_io_complete(io, engine_fd_rw(f->fd, f->direct, io));
+	/* Read before completing: the completion may free io. */
+	bool rd = io->op == FOLIO_IO_READ;
+	uint64_t pos = io->dev_pos, len = io->len;
+	ret = engine_fd_submit_tail(&p->f, io);
+	if (ret < 0)
+		return ret;
+	ssize_t res = 0;
+	if (!ret)
+		res = engine_fd_rw(p->f.fd, p->f.direct, io);
+	/* Before the completion: a write must be on record before anyone
+	 * can learn it is done and flush for it, and whoever looks at the
+	 * page cache after a read sees it dropped. A failed transfer may
+	 * have left nothing to drop. */
+	if (p->drop && len && res >= 0) {
+		if (rd)
+			drop_range(p->f.fd, read_drop_start(p, pos, pos + len),
+				   pos + len);
+		else
+			written(p, pos, pos + len);
+	}
+	if (!ret)
+		folio_io_complete(io, res);
 	return 0;
 }
 
 static int posix_flush(void *arg)
 {
-	const struct engine_fd *f = arg;
-	while (fdatasync(f->fd)) {
-		if (errno != EINTR)
-			return -errno;
+	struct posix_engine *p = arg;
+	struct posix_range wr[POSIX_WR_RANGES];
+	int n = 0;
+	if (p->drop) {
+		/* Taken before fdatasync: what was written before this point
+		 * is clean after it; later writes wait for the next flush. */
+		spin_lock(&p->wr_lock);
+		n = p->nwr;
+		memcpy(wr, p->wr, (size_t)n * sizeof(wr[0]));
+		p->nwr = 0;
+		spin_unlock(&p->wr_lock);
 	}
+	while (fdatasync(p->f.fd)) {
+		if (errno != EINTR) {
+			int err = -errno;
+			for (int i = 0; i < n; i++) /* for the retry */
+				written(p, wr[i].start, wr[i].end);
+			return err;
+		}
+	}
+	for (int i = 0; i < n; i++)
+		drop_range(p->f.fd, wr[i].start, wr[i].end);
 	return 0;
 }
 
@@ -36,13 +194,15 @@ static int posix_truncate(void *arg, uint64_t size)
 {
 	if (size > FOLIO_MAX_POS)
 		return -EINVAL;
-	return engine_fd_truncate(arg, size);
+	struct posix_engine *p = arg;
+	return engine_fd_truncate(&p->f, size);
 }
 
 static void posix_destroy(void *arg)
 {
-	engine_fd_close(arg);
-	free(arg);
+	struct posix_engine *p = arg;
+	engine_fd_close(&p->f);
+	free(p);
 }
 
 static const struct folio_engine_ops posix_ops = {
@@ -55,22 +215,34 @@ static const struct folio_engine_ops posix_ops = {
 
 int folio_engine_posix(struct folio_engine **out, int fd, unsigned flags)
 {
-	if (!out || fd < 0 || (flags & ~FOLIO_ENGINE_DIRECT))
+	if (!out || fd < 0 ||
+	    (flags & ~(FOLIO_ENGINE_DIRECT | FOLIO_POSIX_KEEP_PAGE_CACHE)))
 		return -EINVAL;
 	struct engine_fd f;
-	int ret = engine_fd_open(&f, fd, flags);
+	int ret = engine_fd_open(&f, fd, flags & FOLIO_ENGINE_DIRECT);
 	if (ret)
 		return ret;
-	struct engine_fd *c = malloc(sizeof(*c));
-	if (!c) {
+	struct posix_engine *p = malloc(sizeof(*p));
+	if (!p) {
 		engine_fd_close(&f);
 		return -ENOMEM;
 	}
-	*c = f;
-	ret = engine_create(out, &posix_ops, c, ENGINE_POSIX);
+	p->f = f;
+	/* An O_DIRECT descriptor bypasses the page cache already (its rare
+	 * buffered tail writes, fd.c, leave one page per object): the
+	 * fadvise calls would buy nothing. */
+	int fl = fcntl(fd, F_GETFL);
+	p->drop = !(flags & FOLIO_POSIX_KEEP_PAGE_CACHE);
+	if (p->drop && fl >= 0 && (fl & O_DIRECT))
+		p->drop = false;
+	spin_init(&p->wr_lock);
+	p->nwr = 0;
+	atomic_init(&p->rd_end, UINT64_MAX);
+	atomic_init(&p->rd_stream, 0);
+	ret = engine_create(out, &posix_ops, p, ENGINE_POSIX);
 	if (ret) {
-		engine_fd_close(c);
-		free(c);
+		engine_fd_close(&p->f);
+		free(p);
 	}
 	return ret;
 }
