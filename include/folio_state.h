@@ -864,6 +864,8 @@ struct folio_mapping;
 					  * comparisons, and engines that
 					  * must write whole folios) */
 
+struct folio_pool; /* a memory budget shared by mappings (layer 5) */
+
 struct folio_mapping_opts {
 	size_t sz;             /* sizeof(struct folio_mapping_opts) */
 	size_t block_size;     /* default 4096 */
@@ -872,6 +874,10 @@ struct folio_mapping_opts {
 	uint64_t size;         /* current size of the backing object */
 	unsigned flags;        /* FOLIO_MAPPING_* */
 	struct folio_engine *engine; /* required; must outlive the mapping */
+	/* Added later (callers whose @sz ends before it get NULL): the pool
+	 * whose budget holds this mapping's folios; NULL: unbounded. Must
+	 * outlive the mapping. */
+	struct folio_pool *pool;
 };
 
 /**

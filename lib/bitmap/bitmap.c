@@ -20,25 +20,31 @@ static inline uint64_t mask_below(size_t hi)
  */
 enum range_op { OP_SET, OP_CLEAR };
 
-static inline void apply(uint64_t *map, size_t start, size_t end,
-			 enum range_op op)
+/* One word: apply the op to the bits of m, return how many changed. */
+static inline size_t apply_word(uint64_t *w, uint64_t m, enum range_op op)
+{
+	uint64_t old = *w;
+	uint64_t changed = op == OP_SET ? ~old & m : old & m;
+	*w = op == OP_SET ? old | m : old & ~m;
+	return (size_t)__builtin_popcountll(changed);
+}
+
+static inline size_t apply(uint64_t *map, size_t start, size_t end,
+			   enum range_op op)
 {
 	if (start >= end)
-		return;
+		return 0;
 	size_t first = start / BITMAP_WORD_BITS;
 	size_t last = (end - 1) / BITMAP_WORD_BITS;
 	uint64_t head = mask_from(start);
 	uint64_t tail = mask_below(end);
 
-	if (first == last) {
-		uint64_t m = head & tail;
-		map[first] = op == OP_SET ? map[first] | m : map[first] & ~m;
-		return;
-	}
-	map[first] = op == OP_SET ? map[first] | head : map[first] & ~head;
+	if (first == last)
+		return apply_word(&map[first], head & tail, op);
+	size_t n = apply_word(&map[first], head, op);
 	for (size_t w = first + 1; w < last; w++)
-		map[w] = op == OP_SET ? ~UINT64_C(0) : 0;
-	map[last] = op == OP_SET ? map[last] | tail : map[last] & ~tail;
+		n += apply_word(&map[w], ~UINT64_C(0), op);
+	return n + apply_word(&map[last], tail, op);
 }
 
 void bitmap_set_range(uint64_t *map, size_t start, size_t end)
@@ -49,6 +55,16 @@ void bitmap_set_range(uint64_t *map, size_t start, size_t end)
 void bitmap_clear_range(uint64_t *map, size_t start, size_t end)
 {
 	apply(map, start, end, OP_CLEAR);
+}
+
+size_t bitmap_set_range_count(uint64_t *map, size_t start, size_t end)
+{
+	return apply(map, start, end, OP_SET);
+}
+
+size_t bitmap_clear_range_count(uint64_t *map, size_t start, size_t end)
+{
+	return apply(map, start, end, OP_CLEAR);
 }
 
 /*

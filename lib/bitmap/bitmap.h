@@ -17,6 +17,11 @@
 
 void bitmap_set_range(uint64_t *map, size_t start, size_t end);
 void bitmap_clear_range(uint64_t *map, size_t start, size_t end);
+/* As set/clear, returning how many bits changed: the callers that keep
+ * byte counts of dirty and unstable blocks learn the exact change from the
+ * same word pass. */
+size_t bitmap_set_range_count(uint64_t *map, size_t start, size_t end);
+size_t bitmap_clear_range_count(uint64_t *map, size_t start, size_t end);
 bool bitmap_all_set(const uint64_t *map, size_t start, size_t end);
 bool bitmap_any_set(const uint64_t *map, size_t start, size_t end);
 /* Index of the first set (clear) bit in [start, end), or end if none. */

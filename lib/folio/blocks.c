@@ -42,15 +42,17 @@ static inline unsigned load_flags(struct folio *f)
 	return atomic_load_explicit(&f->flags, memory_order_relaxed);
 }
 
-static int update_single(struct folio *f, unsigned what)
+static int update_single(struct folio *f, unsigned what, size_t *newly)
 {
 	unsigned bits = ((what & UPD_UPTODATE) ? FOLIO_F_UPTODATE : 0) |
 			((what & UPD_DIRTY) ? FOLIO_F_DIRTY : 0);
 	unsigned old = atomic_fetch_or_explicit(&f->flags, bits,
 						memory_order_acq_rel);
 	int ret = 0;
-	if ((bits & FOLIO_F_DIRTY) && !(old & FOLIO_F_DIRTY))
+	if ((bits & FOLIO_F_DIRTY) && !(old & FOLIO_F_DIRTY)) {
 		ret |= FOLIO_BECAME_DIRTY;
+		*newly = 1;
+	}
 	if ((bits & FOLIO_F_UPTODATE) && !(old & FOLIO_F_UPTODATE))
 		ret |= FOLIO_BECAME_UPTODATE;
 	return ret;
@@ -64,13 +66,17 @@ static int update_single(struct folio *f, unsigned what)
  * publishes UPTODATE.
  */
 static int folio_update(struct folio *f, size_t off, size_t len,
-			unsigned what)
+			unsigned what, size_t *newly)
 {
+	size_t unused;
+	if (!newly)
+		newly = &unused;
+	*newly = 0;
 	int ret = folio_check_range(f, off, len);
 	if (ret || !len)
 		return ret;
-	if (!f->nblocks_minus1)
-		return update_single(f, what);
+	if (folio_single_block(f))
+		return update_single(f, what, newly);
 
 	size_t n = folio_nblocks(f), first, end;
 	blocks_outward(f, off, len, &first, &end);
@@ -96,7 +102,7 @@ static int folio_update(struct folio *f, size_t off, size_t len,
 		}
 	}
 	if (what & UPD_DIRTY) {
-		bitmap_set_range(f->state, n + first, n + end);
+		*newly = bitmap_set_range_count(f->state, n + first, n + end);
 		if (!(flags & FOLIO_F_DIRTY)) {
 			atomic_fetch_or_explicit(&f->flags, FOLIO_F_DIRTY,
 						 memory_order_release);
@@ -109,17 +115,24 @@ static int folio_update(struct folio *f, size_t off, size_t len,
 
 int folio_set_uptodate(struct folio *f, size_t off, size_t len)
 {
-	return folio_update(f, off, len, UPD_UPTODATE);
+	return folio_update(f, off, len, UPD_UPTODATE, NULL);
 }
 
 int folio_set_dirty(struct folio *f, size_t off, size_t len)
 {
-	return folio_update(f, off, len, UPD_DIRTY);
+	return folio_update(f, off, len, UPD_DIRTY, NULL);
 }
 
 int folio_set_dirty_uptodate(struct folio *f, size_t off, size_t len)
 {
-	return folio_update(f, off, len, UPD_UPTODATE | UPD_DIRTY);
+	return folio_update(f, off, len, UPD_UPTODATE | UPD_DIRTY, NULL);
+}
+
+int folio_dirty_counted(struct folio *f, size_t off, size_t len,
+			bool uptodate, size_t *newly)
+{
+	return folio_update(f, off, len,
+			    UPD_DIRTY | (uptodate ? UPD_UPTODATE : 0), newly);
 }
 
 /* Caller holds the state lock. Keeps the DIRTY flag equal to "any dirty
@@ -146,23 +159,41 @@ static int check_round_inward(struct folio *f, size_t off, size_t len,
 	return *first < *end;
 }
 
-int folio_clear_dirty(struct folio *f, size_t off, size_t len)
+/* Clear the dirty bits of the blocks wholly inside [off, off+len); 0 or
+ * a negative errno, *cleared gets how many were dirty. */
+static int clear_dirty(struct folio *f, size_t off, size_t len,
+		       size_t *cleared)
 {
 	size_t first, end;
+	*cleared = 0;
 	int ret = check_round_inward(f, off, len, &first, &end);
 	if (ret <= 0)
 		return ret;
-	if (!f->nblocks_minus1) {
-		atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_DIRTY,
-					  memory_order_release);
+	if (folio_single_block(f)) {
+		unsigned old = atomic_fetch_and_explicit(
+			&f->flags, ~FOLIO_F_DIRTY, memory_order_release);
+		*cleared = (old & FOLIO_F_DIRTY) ? 1 : 0;
 		return 0;
 	}
 	size_t n = folio_nblocks(f);
 	spin_lock(&f->state_lock);
-	bitmap_clear_range(f->state, n + first, n + end);
+	*cleared = bitmap_clear_range_count(f->state, n + first, n + end);
 	recompute_dirty_flag(f, n);
 	spin_unlock(&f->state_lock);
 	return 0;
+}
+
+int folio_clear_dirty(struct folio *f, size_t off, size_t len)
+{
+	size_t cleared;
+	return clear_dirty(f, off, len, &cleared);
+}
+
+size_t folio_clear_dirty_counted(struct folio *f, size_t off, size_t len)
+{
+	size_t cleared;
+	clear_dirty(f, off, len, &cleared);
+	return cleared;
 }
 
 int folio_clear_uptodate(struct folio *f, size_t off, size_t len)
@@ -171,7 +202,7 @@ int folio_clear_uptodate(struct folio *f, size_t off, size_t len)
 	int ret = check_round_inward(f, off, len, &first, &end);
 	if (ret <= 0)
 		return ret;
-	if (!f->nblocks_minus1) {
+	if (folio_single_block(f)) {
 		/* A dirty block is the only copy of its data: keep it. */
 		unsigned v = load_flags(f);
 		while (!(v & FOLIO_F_DIRTY) &&
@@ -213,7 +244,7 @@ static int range_query(struct folio *f, size_t off, size_t len, bool dirty)
 		return 1;
 	if (dirty && !(flags & FOLIO_F_DIRTY))
 		return 0;
-	if (!f->nblocks_minus1)
+	if (folio_single_block(f))
 		return dirty ? 1 : 0;
 
 	size_t n = folio_nblocks(f), first, end;
@@ -253,7 +284,7 @@ static ssize_t next_run(struct folio *f, size_t *off, bool dirty)
 	if (dirty ? !(flags & FOLIO_F_DIRTY) : (flags & FOLIO_F_UPTODATE))
 		return 0;
 	size_t first = *off >> f->block_shift;
-	if (!f->nblocks_minus1) {
+	if (folio_single_block(f)) {
 		*off = 0;
 		return (ssize_t)size;
 	}
@@ -290,7 +321,7 @@ int folio_take_dirty_from(struct folio *f, size_t from,
 	if (!(atomic_load_explicit(&f->flags, memory_order_acquire) &
 	      FOLIO_F_DIRTY))
 		return 0;
-	if (!f->nblocks_minus1) {
+	if (folio_single_block(f)) {
 		if (from)
 			return 0;
 		unsigned old = atomic_fetch_and_explicit(
@@ -332,7 +363,7 @@ int folio_take_dirty(struct folio *f, struct folio_range *runs,
 void folio_count_blocks(struct folio *f, size_t *uptodate, size_t *dirty,
 			size_t *unstable)
 {
-	if (!f->nblocks_minus1) {
+	if (folio_single_block(f)) {
 		unsigned flags = atomic_load(&f->flags);
 		*uptodate = (flags & FOLIO_F_UPTODATE) ? 1 : 0;
 		*dirty = (flags & FOLIO_F_DIRTY) ? 1 : 0;
@@ -347,46 +378,78 @@ void folio_count_blocks(struct folio *f, size_t *uptodate, size_t *dirty,
 	spin_unlock(&f->state_lock);
 }
 
+void folio_drain(struct folio *f, size_t *dirty, size_t *unstable)
+{
+	spin_lock(&f->state_lock);
+	unsigned old = atomic_fetch_and_explicit(
+		&f->flags, ~(FOLIO_F_DIRTY | FOLIO_F_UNSTABLE),
+		memory_order_acq_rel);
+	if (folio_single_block(f)) {
+		*dirty = (old & FOLIO_F_DIRTY) ? 1 : 0;
+		*unstable = (old & FOLIO_F_UNSTABLE) ? 1 : 0;
+	} else {
+		size_t n = folio_nblocks(f);
+		*dirty = bitmap_clear_range_count(f->state, n, 2 * n);
+		*unstable = bitmap_clear_range_count(f->state, 2 * n, 3 * n);
+	}
+	spin_unlock(&f->state_lock);
+}
+
 /*
  * Unstable state changes on the completion and flush paths only, never on
  * the write fast path, so one-block folios take the state lock here too:
  * the flag and the epoch must change together.
  */
 int folio_mark_unstable(struct folio *f, size_t off, size_t len,
-			uint64_t epoch)
+			uint64_t epoch, size_t *newly)
 {
+	size_t unused;
+	if (!newly)
+		newly = &unused;
+	*newly = 0;
 	if (folio_check_range(f, off, len) || !len)
 		return 0;
 	int ret = 0;
 	spin_lock(&f->state_lock);
-	if (f->nblocks_minus1) {
+	if (!folio_single_block(f)) {
 		size_t n = folio_nblocks(f), first, end;
 		blocks_outward(f, off, len, &first, &end);
-		bitmap_set_range(f->state, 2 * n + first, 2 * n + end);
+		*newly = bitmap_set_range_count(f->state, 2 * n + first,
+						2 * n + end);
 	}
 	unsigned old = atomic_fetch_or_explicit(&f->flags, FOLIO_F_UNSTABLE,
 						memory_order_acq_rel);
-	if (!(old & FOLIO_F_UNSTABLE))
+	if (!(old & FOLIO_F_UNSTABLE)) {
 		ret = FOLIO_BECAME_UNSTABLE;
+		if (folio_single_block(f))
+			*newly = 1;
+	}
 	if (epoch > f->unstable_epoch)
 		f->unstable_epoch = epoch;
 	spin_unlock(&f->state_lock);
 	return ret;
 }
 
-/* Caller holds the state lock: drop every unstable bit and the flag. */
-static void unstable_clear_all(struct folio *f)
+/* Caller holds the state lock: drop every unstable bit and the flag;
+ * returns how many blocks were unstable. */
+static size_t unstable_clear_all(struct folio *f)
 {
-	if (f->nblocks_minus1) {
-		size_t n = folio_nblocks(f);
-		bitmap_clear_range(f->state, 2 * n, 3 * n);
+	size_t n = 1;
+	if (!folio_single_block(f)) {
+		size_t nb = folio_nblocks(f);
+		n = bitmap_clear_range_count(f->state, 2 * nb, 3 * nb);
 	}
-	atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_UNSTABLE,
-				  memory_order_release);
+	unsigned old = atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_UNSTABLE,
+						 memory_order_release);
+	return (old & FOLIO_F_UNSTABLE) ? n : 0;
 }
 
-bool folio_stabilize(struct folio *f, uint64_t epoch)
+bool folio_stabilize(struct folio *f, uint64_t epoch, size_t *released)
 {
+	size_t unused;
+	if (!released)
+		released = &unused;
+	*released = 0;
 	if (!folio_test_unstable(f))
 		return false;
 	spin_lock(&f->state_lock);
@@ -394,14 +457,21 @@ bool folio_stabilize(struct folio *f, uint64_t epoch)
 	 * by it: keep the whole folio for the next flush (one epoch per
 	 * folio keeps the header small; the cost is a later release). */
 	if (f->unstable_epoch <= epoch)
-		unstable_clear_all(f);
+		*released = unstable_clear_all(f);
 	bool left = load_flags(f) & FOLIO_F_UNSTABLE;
 	spin_unlock(&f->state_lock);
 	return left;
 }
 
-int folio_redirty_unstable(struct folio *f)
+int folio_redirty_unstable(struct folio *f, size_t *unstable,
+			   size_t *newly_dirty)
 {
+	size_t u0, d0;
+	if (!unstable)
+		unstable = &u0;
+	if (!newly_dirty)
+		newly_dirty = &d0;
+	*unstable = *newly_dirty = 0;
 	if (!folio_test_unstable(f))
 		return 0;
 	spin_lock(&f->state_lock);
@@ -410,35 +480,40 @@ int folio_redirty_unstable(struct folio *f)
 		spin_unlock(&f->state_lock);
 		return 0;
 	}
-	if (f->nblocks_minus1) {
+	if (!folio_single_block(f)) {
 		size_t n = folio_nblocks(f), b = 2 * n;
 		while ((b = bitmap_next_set(f->state, b, 3 * n)) < 3 * n) {
 			size_t e = bitmap_next_clear(f->state, b, 3 * n);
-			bitmap_set_range(f->state, b - n, e - n);
+			*newly_dirty +=
+				bitmap_set_range_count(f->state, b - n, e - n);
 			b = e;
 		}
+	} else if (!(flags & FOLIO_F_DIRTY)) {
+		*newly_dirty = 1;
 	}
-	unstable_clear_all(f);
+	*unstable = unstable_clear_all(f);
 	unsigned old = atomic_fetch_or_explicit(&f->flags, FOLIO_F_DIRTY,
 						memory_order_acq_rel);
 	spin_unlock(&f->state_lock);
 	return (old & FOLIO_F_DIRTY) ? 0 : FOLIO_BECAME_DIRTY;
 }
 
-void folio_forget_unstable(struct folio *f, size_t off, size_t len)
+size_t folio_forget_unstable(struct folio *f, size_t off, size_t len)
 {
-	size_t first, end;
+	size_t first, end, gone = 0;
 	if (!folio_test_unstable(f) ||
 	    check_round_inward(f, off, len, &first, &end) <= 0)
-		return;
+		return 0;
 	spin_lock(&f->state_lock);
-	if (!f->nblocks_minus1) {
-		unstable_clear_all(f);
+	if (folio_single_block(f)) {
+		gone = unstable_clear_all(f);
 	} else {
 		size_t n = folio_nblocks(f);
-		bitmap_clear_range(f->state, 2 * n + first, 2 * n + end);
+		gone = bitmap_clear_range_count(f->state, 2 * n + first,
+						2 * n + end);
 		if (!bitmap_any_set(f->state, 2 * n, 3 * n))
 			unstable_clear_all(f);
 	}
 	spin_unlock(&f->state_lock);
+	return gone;
 }

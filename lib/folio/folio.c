@@ -43,7 +43,8 @@ int folio_alloc(struct folio **out, uint64_t pos, size_t size,
 	spin_init(&f->state_lock);
 	f->size_shift = (uint8_t)ilog2_u64(size);
 	f->block_shift = (uint8_t)ilog2_u64(block_size);
-	f->nblocks_minus1 = (uint16_t)(nblocks - 1);
+	atomic_init(&f->cache_bits, 0);
+	f->cache_node = 0;
 	f->pos = pos;
 	f->data = data;
 	atomic_init(&f->wb_pending, 0);
@@ -53,6 +54,97 @@ int folio_alloc(struct folio **out, uint64_t pos, size_t size,
 	memset(f->state, 0, words * sizeof(uint64_t));
 	*out = f;
 	return 0;
+}
+
+#if UINTPTR_MAX == UINT64_MAX
+_Static_assert(sizeof(struct folio) == 64, "folio header is one cache line");
+#endif
+
+size_t folio_metadata_bytes(const struct folio *f)
+{
+	return meta_size(folio_nblocks(f));
+}
+
+/* cache_bits: access count in bits 0-1, the cache's flag in bit 2, hint
+ * pins in bits 3-7. */
+#define CACHE_FLAG 0x04u
+#define PIN_ONE 0x08u
+#define PIN_SHIFT 3
+
+unsigned folio_access_lower(struct folio *f)
+{
+	uint8_t v = atomic_load_explicit(&f->cache_bits, memory_order_relaxed);
+	while ((v & FOLIO_ACCESS_MAX) &&
+	       !atomic_compare_exchange_weak_explicit(&f->cache_bits, &v,
+						      (uint8_t)(v - 1),
+						      memory_order_relaxed,
+						      memory_order_relaxed))
+		;
+	return v & FOLIO_ACCESS_MAX;
+}
+
+unsigned folio_access_reset(struct folio *f)
+{
+	return atomic_fetch_and_explicit(&f->cache_bits,
+					 (uint8_t)~FOLIO_ACCESS_MAX,
+					 memory_order_relaxed) &
+	       FOLIO_ACCESS_MAX;
+}
+
+bool folio_cache_flag(const struct folio *f)
+{
+	return atomic_load_explicit(&((struct folio *)f)->cache_bits,
+				    memory_order_relaxed) & CACHE_FLAG;
+}
+
+void folio_set_cache_flag(struct folio *f, bool on)
+{
+	if (on)
+		atomic_fetch_or_explicit(&f->cache_bits, (uint8_t)CACHE_FLAG,
+					 memory_order_relaxed);
+	else
+		atomic_fetch_and_explicit(&f->cache_bits,
+					  (uint8_t)~CACHE_FLAG,
+					  memory_order_relaxed);
+}
+
+/*
+ * The reference comes first and the pin after it, and on the way out the
+ * pin goes first: refcount minus pins then never reads lower than the
+ * references that are not pins, which is what a cache deciding "is anyone
+ * using this folio" must not underestimate.
+ */
+bool folio_hint_get(struct folio *f)
+{
+	folio_get(f);
+	uint8_t v = atomic_load_explicit(&f->cache_bits, memory_order_relaxed);
+	while ((v >> PIN_SHIFT) != 0x1fu) {
+		if (atomic_compare_exchange_weak_explicit(
+			    &f->cache_bits, &v, (uint8_t)(v + PIN_ONE),
+			    memory_order_acq_rel, memory_order_relaxed))
+			return true;
+	}
+	return false; /* 31 pins already: a plain reference */
+}
+
+void folio_hint_put(struct folio *f, bool pinned)
+{
+	if (pinned)
+		atomic_fetch_sub_explicit(&f->cache_bits, (uint8_t)PIN_ONE,
+					  memory_order_acq_rel);
+	folio_put(f);
+}
+
+/* References before pins: a hint let go meanwhile (pin first, then the
+ * reference) can then only make the answer too high. Hints are taken
+ * under the index lock, which a caller that must not see too low an
+ * answer holds exclusively. */
+unsigned folio_unpinned_refs(const struct folio *f)
+{
+	struct folio *w = (struct folio *)f;
+	unsigned refs = atomic_load(&w->refcount);
+	unsigned pins = atomic_load(&w->cache_bits) >> PIN_SHIFT;
+	return refs - pins;
 }
 
 int folio_new(struct folio **out, uint64_t pos, size_t size, size_t block_size)

@@ -27,7 +27,9 @@
  * Header is 64 bytes on LP64; the per-block state follows in the same
  * allocation: bits [0, N) uptodate, [N, 2N) dirty, [2N, 3N) unstable
  * (written, not yet flushed). With N == 1 there is no bitmap at all and
- * the UPTODATE/DIRTY/UNSTABLE flags are the state.
+ * the UPTODATE/DIRTY/UNSTABLE flags are the state. N follows from the two
+ * shifts, which leaves room in the first word for what a cache of folios
+ * (the pool) keeps per folio without growing the header.
  */
 struct folio {
 	atomic_uint flags;
@@ -35,7 +37,12 @@ struct folio {
 	spinlock_t state_lock;
 	uint8_t size_shift;
 	uint8_t block_shift;
-	uint16_t nblocks_minus1; /* N - 1: N = 4096 must fit */
+	/* Owned by folio_note_access() and friends below: an access count,
+	 * one flag of the cache's and the hint pins. */
+	_Atomic uint8_t cache_bits;
+	/* The cache's handle for this folio (its queue node); the folio
+	 * layer never reads it. 0: none. */
+	uint32_t cache_node;
 	uint64_t pos;
 	unsigned char *data;
 	/* Write I/O accounting with a bias (see writeback.c). */
@@ -53,8 +60,17 @@ struct folio {
 
 static inline size_t folio_nblocks(const struct folio *f)
 {
-	return (size_t)f->nblocks_minus1 + 1;
+	return (size_t)1 << (f->size_shift - f->block_shift);
 }
+
+/* One block: no bitmap, the flags are the state. */
+static inline bool folio_single_block(const struct folio *f)
+{
+	return f->size_shift == f->block_shift;
+}
+
+/* Bytes of the folio's own metadata: the header and its state bitmap. */
+size_t folio_metadata_bytes(const struct folio *f);
 
 /* folio_new() without the zero-fill: the mapping fills (or reads) every
  * byte before it marks it uptodate, and zeroing a 2 MiB folio that a write
@@ -69,6 +85,26 @@ int folio_alloc(struct folio **out, uint64_t pos, size_t size,
 int folio_take_dirty_from(struct folio *f, size_t from,
 			  struct folio_range *runs, size_t max_runs);
 
+/*
+ * Counted state changes for callers that keep byte totals of dirty and
+ * unstable data (the pool): each reports, in blocks, exactly what it
+ * changed, from the same pass over the bitmap.
+ *
+ * folio_set_dirty_uptodate() / folio_set_dirty() returning in *newly the
+ * blocks that were clean before.
+ */
+int folio_dirty_counted(struct folio *f, size_t off, size_t len,
+			bool uptodate, size_t *newly);
+/* folio_clear_dirty(); returns the blocks that were dirty (0 on bad
+ * input). */
+size_t folio_clear_dirty_counted(struct folio *f, size_t off, size_t len);
+
+/* The folio leaves its mapping: under one lock, count its dirty and
+ * unstable blocks and clear them, so that nothing done to it afterwards
+ * (a flush settling, through a reference taken earlier) changes a count
+ * it no longer belongs to. */
+void folio_drain(struct folio *f, size_t *dirty, size_t *unstable);
+
 /* Number of uptodate, dirty and unstable blocks (statistics). */
 void folio_count_blocks(struct folio *f, size_t *uptodate, size_t *dirty,
 			size_t *unstable);
@@ -81,20 +117,25 @@ void folio_count_blocks(struct folio *f, size_t *uptodate, size_t *dirty,
  * flush epoch read when the write completed.
  */
 #define FOLIO_BECAME_UNSTABLE 4 /* internal: the folio had no unstable block */
-/* Mark the blocks touched by [off, off+len) unstable. Returns
+/* Mark the blocks touched by [off, off+len) unstable; *newly (may be
+ * NULL) gets the blocks that were not unstable before. Returns
  * FOLIO_BECAME_UNSTABLE or 0. */
 int folio_mark_unstable(struct folio *f, size_t off, size_t len,
-			uint64_t epoch);
+			uint64_t epoch, size_t *newly);
 /* A flush that began in `epoch` succeeded: forget the unstable blocks
- * when every write behind them completed in `epoch` or earlier. Returns
- * whether the folio still has unstable blocks. */
-bool folio_stabilize(struct folio *f, uint64_t epoch);
-/* A flush failed: every unstable block becomes dirty again. Returns
- * FOLIO_BECAME_DIRTY when the folio was clean before, else 0. */
-int folio_redirty_unstable(struct folio *f);
+ * when every write behind them completed in `epoch` or earlier; *released
+ * (may be NULL) gets how many were forgotten. Returns whether the folio
+ * still has unstable blocks. */
+bool folio_stabilize(struct folio *f, uint64_t epoch, size_t *released);
+/* A flush failed: every unstable block becomes dirty again. *unstable
+ * gets the blocks that were unstable, *newly_dirty those of them that
+ * were not dirty already (both may be NULL). Returns FOLIO_BECAME_DIRTY
+ * when the folio was clean before, else 0. */
+int folio_redirty_unstable(struct folio *f, size_t *unstable,
+			   size_t *newly_dirty);
 /* Forget the unstable state of blocks wholly inside [off, off+len) (the
- * data is gone: truncated or discarded). */
-void folio_forget_unstable(struct folio *f, size_t off, size_t len);
+ * data is gone: truncated or discarded). Returns how many were unstable. */
+size_t folio_forget_unstable(struct folio *f, size_t off, size_t len);
 
 static inline unsigned folio_flags(const struct folio *f)
 {
@@ -144,6 +185,55 @@ static inline bool folio_test_write_begin(const struct folio *f)
 	return (flags & FOLIO_F_LOCKED) && (flags & FOLIO_F_WRITE_BEGIN) &&
 	       !(flags & FOLIO_F_REMOVED);
 }
+
+/*
+ * What a cache of folios keeps in the folio (struct folio.cache_bits), so
+ * that a cache hit writes nothing but the folio's own header line:
+ *  - an access count, 0..3, raised by hits and lowered or reset by the
+ *    cache's eviction scan;
+ *  - one flag of the cache's own (the pool: "in the main queue");
+ *  - hint pins: references that a thread's lookup hint holds (see
+ *    mapping.c). They keep the folio's memory alive but do not make it
+ *    "referenced": folio_unpinned_refs() leaves them out, so a cache may
+ *    still evict a folio that some idle thread merely remembers.
+ * Every change is one atomic operation on the byte.
+ */
+#define FOLIO_ACCESS_MAX 3u
+
+/* A hit: raise the access count (saturating). */
+static inline void folio_note_access(struct folio *f)
+{
+	uint8_t v = atomic_load_explicit(&f->cache_bits, memory_order_relaxed);
+	while ((v & FOLIO_ACCESS_MAX) != FOLIO_ACCESS_MAX &&
+	       !atomic_compare_exchange_weak_explicit(&f->cache_bits, &v,
+						      (uint8_t)(v + 1),
+						      memory_order_relaxed,
+						      memory_order_relaxed))
+		;
+}
+
+static inline unsigned folio_access_count(const struct folio *f)
+{
+	return atomic_load_explicit(&((struct folio *)f)->cache_bits,
+				    memory_order_relaxed) &
+	       FOLIO_ACCESS_MAX;
+}
+
+/* Lower the access count by one (0 stays 0); returns the count before. */
+unsigned folio_access_lower(struct folio *f);
+/* Reset the access count to 0; returns the count before. */
+unsigned folio_access_reset(struct folio *f);
+/* The cache's flag. */
+bool folio_cache_flag(const struct folio *f);
+void folio_set_cache_flag(struct folio *f, bool on);
+
+/* Take a reference for a lookup hint: a pin when there is room for one
+ * (true), else a plain reference (false), which folio_hint_put() must be
+ * told about. */
+bool folio_hint_get(struct folio *f);
+void folio_hint_put(struct folio *f, bool pinned);
+/* References other than hint pins. */
+unsigned folio_unpinned_refs(const struct folio *f);
 
 /* Flags word helpers. Waking is folded into clearing: whoever clears a bit
  * that someone may sleep on clears WAITERS with it and wakes everyone;

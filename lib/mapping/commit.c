@@ -52,8 +52,11 @@ void mapping_mark_unstable(struct folio_mapping *m, struct folio *f,
 		return;
 	uint64_t epoch = atomic_load_explicit(&m->flush_epoch,
 					      memory_order_acquire);
-	if (folio_mark_unstable(f, off, len, epoch) & FOLIO_BECAME_UNSTABLE)
+	size_t newly;
+	if (folio_mark_unstable(f, off, len, epoch, &newly) &
+	    FOLIO_BECAME_UNSTABLE)
 		mapping_tag_set(m, f, INDEX_TAG_UNSTABLE);
+	cache_account(m, 0, 0, (int64_t)((uint64_t)newly << f->block_shift));
 }
 
 static bool has_unstable(const struct folio *f)
@@ -70,17 +73,26 @@ static void settle_unstable(struct folio_mapping *m, uint64_t epoch,
 	struct folio *f;
 	while ((f = mapping_next_folio(m, &key, UINT64_MAX,
 				       (int)INDEX_TAG_UNSTABLE))) {
+		/* Counted as each folio settles: a folio truncated away
+		 * meanwhile was drained, so it changes no count here. */
+		size_t unstable = 0, dirty = 0;
 		if (failed) {
-			if (folio_redirty_unstable(f) & FOLIO_BECAME_DIRTY)
+			if (folio_redirty_unstable(f, &unstable, &dirty) &
+			    FOLIO_BECAME_DIRTY)
 				mapping_tag_dirty(m, f);
 			mapping_tag_clear_unless(m, f, INDEX_TAG_UNSTABLE,
 						 has_unstable);
-		} else if (!folio_stabilize(f, epoch)) {
+		} else if (!folio_stabilize(f, epoch, &unstable)) {
 			mapping_tag_clear_unless(m, f, INDEX_TAG_UNSTABLE,
 						 has_unstable);
 		}
+		cache_account(m, (int64_t)((uint64_t)dirty << f->block_shift), 0,
+			      -(int64_t)((uint64_t)unstable << f->block_shift));
 		folio_put(f);
 	}
+	/* Stable folios can be reclaimed now. */
+	if (!failed)
+		cache_progress(m);
 }
 
 void mapping_resize_unstable(struct folio_mapping *m, uint64_t size)

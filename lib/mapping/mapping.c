@@ -20,6 +20,7 @@ static _Atomic uint64_t next_mapping_id = 1;
 /* Fields a caller's options struct must have (everything up to engine). */
 #define OPTS_MIN_SZ \
 	(offsetof(struct folio_mapping_opts, engine) + sizeof(void *))
+#define OPTS_POOL_SZ SIZEOF_THROUGH(struct folio_mapping_opts, pool)
 
 static bool size_ok(size_t v, size_t lo, size_t hi)
 {
@@ -45,6 +46,11 @@ int folio_mapping_new(struct folio_mapping **out,
 	    !size_ok(max, min, FOLIO_MAX_SIZE) ||
 	    opts->size > FOLIO_MAX_POS || (opts->flags & ~KNOWN_FLAGS))
 		return -EINVAL;
+	/* A pool embeds its mapping_cache first (lib/pool/pool.h). */
+	struct mapping_cache *cache =
+		opts->sz >= OPTS_POOL_SZ && opts->pool
+			? (struct mapping_cache *)(void *)opts->pool
+			: NULL;
 
 	/* The io_lock stripes are cache-line aligned, so the mapping is. */
 	size_t bytes = (sizeof(struct folio_mapping) + BRLOCK_LINE - 1) &
@@ -78,7 +84,20 @@ int folio_mapping_new(struct folio_mapping **out,
 	atomic_init(&m->backing_size, opts->size);
 	atomic_init(&m->flush_epoch, 1);
 	m->id = atomic_fetch_add(&next_mapping_id, 1);
-	atomic_init(&m->remove_gen, 0);
+	atomic_init(&m->dirty_since, 0);
+	if (cache) {
+		/* The geometry is known now, which is what the pool checks
+		 * against its budget. */
+		r = cache->ops->attach(cache, m);
+		if (r) {
+			mapping_commit_destroy(m);
+			pthread_rwlock_destroy(&m->index_lock);
+			brlock_destroy(&m->io_lock);
+			free(m);
+			return r;
+		}
+		m->cache = cache;
+	}
 	atomic_fetch_add(&opts->engine->users, 1);
 	*out = m;
 	return 0;
@@ -116,21 +135,38 @@ int folio_mapping_free(struct folio_mapping *m)
 {
 	if (!m)
 		return 0;
+	struct mapping_cache *c = m->cache;
+	/* The cache's reclaimers and flushers reach m without io_lock, and
+	 * a flusher inside a writeback of m holds io_lock shared: they are
+	 * sent away before io_lock is taken, and a folio they held locked
+	 * cannot make m look busy. */
+	if (c)
+		c->ops->quiesce(c, m);
 	brlock_write_lock(&m->io_lock);
 	if (mapping_busy(m)) {
 		brlock_write_unlock(&m->io_lock);
+		if (c)
+			c->ops->unquiesce(c, m);
 		return -EBUSY;
 	}
+	mapping_drop_hint(m);
 	uint64_t key = 0;
 	unsigned order;
 	struct folio *f;
 	while ((f = index_find(&m->index, &key, UINT64_MAX, &order))) {
 		index_remove(&m->index, key, order);
+		/* Another thread's hint may still pin it: it finds the
+		 * folio gone, not a folio of a mapping that is gone. */
+		folio_mark_removed(f);
+		if (c)
+			c->ops->removed(c, m, f);
 		f->mapping = NULL;
 		folio_put(f);
 	}
 	index_destroy(&m->index);
 	brlock_write_unlock(&m->io_lock);
+	if (c)
+		c->ops->detach(c, m);
 	brlock_destroy(&m->io_lock);
 	pthread_rwlock_destroy(&m->index_lock);
 	mapping_commit_destroy(m);
@@ -185,16 +221,10 @@ static uint64_t pow2_floor(uint64_t x)
 	return UINT64_C(1) << ilog2_u64(x);
 }
 
-/*
- * Insert a new folio holding pos. It starts at pos rounded down to the
- * min folio size, and its size is the largest power of two that the
- * remaining length, that start's alignment and the max folio size allow;
- * it halves while it would overlap a neighbour. Caller holds index_lock
- * exclusively and has checked that no folio holds pos, so the min size
- * always fits.
- */
-static struct folio *create_folio(struct folio_mapping *m, uint64_t pos,
-				  size_t len_hint, int *err)
+/* The size create_folio() tries first for a folio holding pos: at most
+ * what it will allocate, so the cache is charged for it up front. */
+static uint64_t planned_size(const struct folio_mapping *m, uint64_t pos,
+			     size_t len_hint, uint64_t *startp)
 {
 	size_t min = (size_t)1 << m->min_shift;
 	uint64_t start = pos & ~(uint64_t)(min - 1);
@@ -206,6 +236,26 @@ static struct folio *create_folio(struct folio_mapping *m, uint64_t pos,
 	/* Never run past the largest position. */
 	while (size > min && start + size > FOLIO_MAX_POS)
 		size >>= 1;
+	*startp = start;
+	return size;
+}
+
+/*
+ * Insert a new folio holding pos. It starts at pos rounded down to the
+ * min folio size, and its size is the largest power of two that the
+ * remaining length, that start's alignment and the max folio size allow;
+ * it halves while it would overlap a neighbour. The folio goes in locked
+ * (nobody can see it before, so the trylock cannot fail): a reclaimer
+ * cannot take it before its creator has used it. Caller holds index_lock
+ * exclusively and has checked that no folio holds pos, so the min size
+ * always fits.
+ */
+static struct folio *create_folio(struct folio_mapping *m, uint64_t pos,
+				  size_t len_hint, int *err)
+{
+	size_t min = (size_t)1 << m->min_shift;
+	uint64_t start;
+	uint64_t size = planned_size(m, pos, len_hint, &start);
 
 	for (;; size >>= 1) {
 		struct folio *f;
@@ -216,6 +266,7 @@ static struct folio *create_folio(struct folio_mapping *m, uint64_t pos,
 			return NULL;
 		}
 		f->mapping = m;
+		(void)folio_trylock(f);
 		r = index_insert(&m->index, mapping_key(m, start),
 				 (unsigned)(ilog2_u64(size) - m->min_shift),
 				 f);
@@ -230,41 +281,201 @@ static struct folio *create_folio(struct folio_mapping *m, uint64_t pos,
 	}
 }
 
-/* The last folio this thread found, and which mapping generation it
- * belongs to. Only compared and used under the owner's io_lock. */
+/*
+ * The last folio this thread found, with a pinned reference
+ * (folio_hint_get()), and the id of its mapping. The reference keeps the
+ * memory valid however the folio left its mapping meanwhile; the thread
+ * drops it when it moves to another folio, frees the mapping, or exits
+ * (hint_key's destructor).
+ */
 static _Thread_local struct {
-	uint64_t id, gen;
+	uint64_t id;
 	struct folio *folio;
+	bool pinned;
+	bool registered; /* hint_key is set, so the destructor runs */
 } folio_hint TLS_FAST;
 
-struct folio *mapping_find_or_create_folio(struct folio_mapping *m,
-					   uint64_t pos, size_t len_hint,
-					   int *err)
-{
-	uint64_t gen = atomic_load_explicit(&m->remove_gen,
-					    memory_order_relaxed);
-	struct folio *f = folio_hint.folio;
-	if (folio_hint.id == m->id && folio_hint.gen == gen && f &&
-	    pos - f->pos < ((uint64_t)1 << f->size_shift))
-		return f;
+static pthread_key_t hint_key;
+static pthread_once_t hint_once = PTHREAD_ONCE_INIT;
+static bool hint_key_ok;
 
-	pthread_rwlock_rdlock(&m->index_lock);
-	f = index_lookup(&m->index, mapping_key(m, pos));
-	pthread_rwlock_unlock(&m->index_lock);
-	if (!f) {
-		pthread_rwlock_wrlock(&m->index_lock);
-		/* Someone may have created it while we were unlocked. */
-		f = index_lookup(&m->index, mapping_key(m, pos));
-		if (!f)
-			f = create_folio(m, pos, len_hint, err);
-		pthread_rwlock_unlock(&m->index_lock);
-		if (!f)
-			return NULL;
-	}
-	folio_hint.id = m->id;
-	folio_hint.gen = gen;
-	folio_hint.folio = f;
+/* Take the hint out; the caller lets its reference go (outside any
+ * index lock: it may be the last one). */
+static struct folio *hint_take(bool *pinned)
+{
+	struct folio *f = folio_hint.folio;
+	*pinned = folio_hint.pinned;
+	folio_hint.folio = NULL;
+	folio_hint.id = 0;
 	return f;
+}
+
+static void hint_release(struct folio *f, bool pinned)
+{
+	if (f)
+		folio_hint_put(f, pinned);
+}
+
+static void hint_destructor(void *unused)
+{
+	(void)unused;
+	bool pinned;
+	struct folio *f = hint_take(&pinned);
+	hint_release(f, pinned);
+}
+
+static void hint_key_create(void)
+{
+	hint_key_ok = !pthread_key_create(&hint_key, hint_destructor);
+}
+
+/* Make f the hint (a new pinned reference, taken while the caller holds
+ * index_lock, as folio_unpinned_refs() requires); returns the old one for
+ * the caller to release. */
+static struct folio *hint_set(struct folio_mapping *m, struct folio *f,
+			      bool *old_pinned)
+{
+	struct folio *old = hint_take(old_pinned);
+	if (!folio_hint.registered) {
+		pthread_once(&hint_once, hint_key_create);
+		/* Without the key a thread that exits leaks its last
+		 * folio's memory; everything still works. */
+		folio_hint.registered =
+			hint_key_ok && !pthread_setspecific(hint_key, &folio_hint);
+	}
+	folio_hint.pinned = folio_hint_get(f);
+	folio_hint.folio = f;
+	folio_hint.id = m->id;
+	return old;
+}
+
+void mapping_drop_hint(struct folio_mapping *m)
+{
+	if (folio_hint.folio && folio_hint.id == m->id) {
+		bool pinned;
+		struct folio *f = hint_take(&pinned);
+		hint_release(f, pinned);
+	}
+}
+
+static void cache_count(struct folio_mapping *m, bool hit)
+{
+	struct mapping_cache_stripe *s = &m->cache->stripe[brlock_thread_stripe()];
+	atomic_fetch_add_explicit(hit ? &s->hits : &s->misses, 1,
+				  memory_order_relaxed);
+}
+
+/*
+ * Create the folio holding pos, charged to m's cache first. Returns it
+ * locked, or NULL with *err (CACHE_FULL: credit->need says how much).
+ * *found is set when another thread created it meanwhile (returned
+ * unlocked, with a hint reference like an index hit).
+ */
+static struct folio *create_charged(struct folio_mapping *m, uint64_t pos,
+				    size_t len_hint,
+				    struct cache_credit *credit, int *err,
+				    bool *found)
+{
+	struct mapping_cache *c = m->cache;
+	uint64_t start, charged = 0;
+	*found = false;
+	if (c) {
+		uint64_t need = planned_size(m, pos, len_hint, &start);
+		/* The credit first: it was reserved for exactly this. */
+		uint64_t from_credit = MIN(need, credit->bytes);
+		if (need > from_credit &&
+		    c->ops->charge(c, m, (size_t)(need - from_credit))) {
+			credit->need = (size_t)need;
+			*err = CACHE_FULL;
+			return NULL;
+		}
+		credit->bytes -= from_credit;
+		charged = need;
+	}
+	bool old_pinned = false;
+	struct folio *old = NULL;
+	pthread_rwlock_wrlock(&m->index_lock);
+	/* Someone may have created it while we were unlocked. */
+	struct folio *f = index_lookup(&m->index, mapping_key(m, pos));
+	if (f) {
+		*found = true;
+	} else {
+		f = create_folio(m, pos, len_hint, err);
+	}
+	if (f)
+		old = hint_set(m, f, &old_pinned);
+	pthread_rwlock_unlock(&m->index_lock);
+	hint_release(old, old_pinned);
+	if (c) {
+		uint64_t used = f && !*found ? folio_size(f) : 0;
+		if (charged > used)
+			c->ops->uncharge(c, (size_t)(charged - used));
+		if (used) {
+			c->ops->added(c, m, f);
+			cache_count(m, false);
+		}
+	}
+	return f;
+}
+
+struct folio *mapping_lock_folio(struct folio_mapping *m, uint64_t pos,
+				 size_t len_hint, struct cache_credit *credit,
+				 int *err)
+{
+	for (;;) {
+		struct folio *f = folio_hint.folio;
+		bool hint_hit = f && folio_hint.id == m->id &&
+				!folio_test_removed(f) &&
+				pos - f->pos < ((uint64_t)1 << f->size_shift);
+		if (!hint_hit) {
+			bool old_pinned = false;
+			struct folio *old = NULL;
+			pthread_rwlock_rdlock(&m->index_lock);
+			f = index_lookup(&m->index, mapping_key(m, pos));
+			if (f)
+				old = hint_set(m, f, &old_pinned);
+			pthread_rwlock_unlock(&m->index_lock);
+			hint_release(old, old_pinned);
+			if (!f) {
+				bool found;
+				f = create_charged(m, pos, len_hint, credit,
+						   err, &found);
+				if (!f)
+					return NULL;
+				if (!found)
+					return f; /* new, inserted locked */
+			}
+			/* Found in the index: a real access (see
+			 * mapping.h); hint hits are not. */
+			if (m->cache)
+				folio_note_access(f);
+		}
+		if (m->cache)
+			cache_count(m, true);
+		folio_lock(f);
+		if (!folio_test_removed(f))
+			return f;
+		/* Reclaimed between the lookup and the lock: the hint no
+		 * longer matches, the next round looks again. */
+		folio_unlock(f);
+	}
+}
+
+int cache_reserve(struct folio_mapping *m, struct cache_credit *credit)
+{
+	struct mapping_cache *c = m->cache;
+	int r = c->ops->reserve(c, m, credit->need);
+	if (!r)
+		credit->bytes += credit->need;
+	credit->need = 0;
+	return r;
+}
+
+void cache_credit_return(struct folio_mapping *m, struct cache_credit *cr)
+{
+	if (m->cache && cr->bytes)
+		m->cache->ops->uncharge(m->cache, (size_t)cr->bytes);
+	cr->bytes = 0;
 }
 
 struct folio *mapping_next_folio(struct folio_mapping *m, uint64_t *key,
@@ -318,20 +529,90 @@ void mapping_tag_clear_unless(struct folio_mapping *m, struct folio *f,
 	pthread_rwlock_unlock(&m->index_lock);
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 void mapping_tag_dirty(struct folio_mapping *m, struct folio *f)
 {
 	mapping_tag_set(m, f, INDEX_TAG_DIRTY);
+	/* The age of the mapping's dirty data, for the cache's expiry:
+	 * only the clean-to-dirty transition of the mapping sets it. */
+	if (m->cache && !atomic_load_explicit(&m->dirty_since,
+					      memory_order_relaxed)) {
+		uint64_t zero = 0;
+		atomic_compare_exchange_strong(&m->dirty_since, &zero,
+					       now_ns());
+	}
+}
+
+/* Caller holds the folio lock and index_lock exclusively. */
+static void remove_locked(struct folio_mapping *m, struct folio *f)
+{
+	folio_mark_removed(f);
+	index_remove(&m->index, mapping_key(m, f->pos), mapping_folio_order(m, f));
+}
+
+/* After f left the index: its state no longer counts, its charge goes
+ * back, the index's reference goes. */
+static void removed_from_index(struct folio_mapping *m, struct folio *f)
+{
+	struct mapping_cache *c = m->cache;
+	if (c) {
+		c->ops->removed(c, m, f);
+		cache_progress(m);
+	}
+	f->mapping = NULL;
+	folio_put(f);
 }
 
 void mapping_remove_folio(struct folio_mapping *m, struct folio *f)
 {
-	atomic_fetch_add_explicit(&m->remove_gen, 1, memory_order_relaxed);
+	if (m->cache && (folio_test_dirty(f) || folio_test_unstable(f))) {
+		size_t dirty, unstable;
+		folio_drain(f, &dirty, &unstable);
+		cache_account(m, -(int64_t)(dirty << f->block_shift), 0,
+			      -(int64_t)(unstable << f->block_shift));
+	}
 	pthread_rwlock_wrlock(&m->index_lock);
-	folio_mark_removed(f);
-	index_remove(&m->index, mapping_key(m, f->pos), mapping_folio_order(m, f));
+	remove_locked(m, f);
 	pthread_rwlock_unlock(&m->index_lock);
-	f->mapping = NULL;
-	folio_put(f);
+	removed_from_index(m, f);
+}
+
+/* Clean, stable and idle: nothing but memory to give back. */
+static bool reclaimable(const struct folio *f)
+{
+	return !folio_test_dirty(f) &&
+	       !folio_test_unstable(f) && !folio_test_writeback(f) &&
+	       !folio_test_removed(f);
+}
+
+size_t mapping_reclaim_folio(struct folio_mapping *m, struct folio *f)
+{
+	if (folio_trylock(f) != 1)
+		return 0;
+	size_t freed = 0;
+	/* Under the folio lock nothing can dirty it or start writeback,
+	 * and completions only touch folios under writeback. */
+	if (reclaimable(f)) {
+		pthread_rwlock_wrlock(&m->index_lock);
+		/* Exact under the exclusive index lock: new references to
+		 * an indexed folio are taken under its shared side. The
+		 * index's and the caller's are expected. */
+		if (folio_unpinned_refs(f) == 2) {
+			remove_locked(m, f);
+			freed = folio_size(f);
+		}
+		pthread_rwlock_unlock(&m->index_lock);
+	}
+	if (freed)
+		removed_from_index(m, f);
+	folio_unlock(f);
+	return freed;
 }
 
 static bool writeback_done(void *arg)

@@ -18,6 +18,17 @@
  * nothing else is taken while it is held.
  * Completions of engine requests take only index_lock and state locks, so
  * waiting for I/O while holding a folio lock or io_lock cannot deadlock.
+ *
+ * Folios leave the index under their folio lock and index_lock held
+ * exclusively: truncate and invalidate (with io_lock exclusive too), and
+ * the cache a mapping may belong to (the pool), which reclaims clean
+ * folios without io_lock at all (see mapping_reclaim_folio()). So a
+ * pointer that io_lock shared used to keep valid is now kept valid by a
+ * reference, and whoever locks a folio found in the index checks that it
+ * is still there (FOLIO_REMOVED is set under both locks) before using it:
+ * mapping_lock_folio() does both. A cache's locks come after every lock
+ * above (they are leaves), and nobody waits for cache memory or dirty
+ * throttling while holding io_lock or a folio lock.
  */
 #ifndef FOLIO_MAPPING_H
 #define FOLIO_MAPPING_H
@@ -29,6 +40,75 @@
 #include "mapping/index.h"
 #include "engine/engine.h"
 #include "folio/folio.h"
+
+struct folio_mapping;
+
+/*
+ * A cache shared by mappings: the interface the mapping layer calls and
+ * the pool (lib/pool/, the layer above) implements, so that the mapping
+ * never depends on the pool. A pool embeds struct mapping_cache first;
+ * struct folio_pool * converts to it.
+ *
+ * Byte counts of dirty, writeback and unstable data, and hit and miss
+ * counts, are striped per thread (brlock_thread_stripe()) so that writers of
+ * disjoint folios share no written line; a stripe may go negative, the
+ * sum is exact.
+ */
+struct mapping_cache_stripe {
+	_Alignas(BRLOCK_LINE) _Atomic int64_t dirty;
+	_Atomic int64_t writeback;
+	_Atomic int64_t unstable;
+	_Atomic uint64_t hits, misses;
+};
+
+struct mapping_cache;
+
+struct mapping_cache_ops {
+	/* A new mapping joins (its geometry must fit): 0 or -errno. */
+	int (*attach)(struct mapping_cache *c, struct folio_mapping *m);
+	/* Before free: the cache's own threads stop using m and quiesce()
+	 * returns when none does; unquiesce() undoes it (free refused),
+	 * detach() ends the membership. */
+	void (*quiesce)(struct mapping_cache *c, struct folio_mapping *m);
+	void (*unquiesce)(struct mapping_cache *c, struct folio_mapping *m);
+	void (*detach)(struct mapping_cache *c, struct folio_mapping *m);
+	/* Charge `bytes` for a new folio of m without sleeping, reclaiming
+	 * what can be reclaimed at once (trylocks only). 0 or CACHE_FULL.
+	 * The caller may hold io_lock shared and folio locks of m. */
+	int (*charge)(struct mapping_cache *c, struct folio_mapping *m,
+		      size_t bytes);
+	void (*uncharge)(struct mapping_cache *c, size_t bytes);
+	/* Sleep until `bytes` are charged (0), or -ENOMEM when nothing can
+	 * make room. Called holding no lock of any mapping. */
+	int (*reserve)(struct mapping_cache *c, struct folio_mapping *m,
+		       size_t bytes);
+	/* A charged folio entered m's index (it is locked by the caller);
+	 * a folio left it (its charge goes back). */
+	void (*added)(struct mapping_cache *c, struct folio_mapping *m,
+		      struct folio *f);
+	void (*removed)(struct mapping_cache *c, struct folio_mapping *m,
+			struct folio *f);
+	/* Dirty data passed a threshold: wake the cache's flushers (any
+	 * context, never sleeps); throttle the writer (no lock held). */
+	void (*kick)(struct mapping_cache *c);
+	void (*balance)(struct mapping_cache *c, struct folio_mapping *m);
+	/* Memory or dirty data went down: wake whoever waits for that. */
+	void (*progress)(struct mapping_cache *c);
+};
+
+/* charge() could not find room without waiting. */
+#define CACHE_FULL (-EAGAIN)
+
+struct mapping_cache {
+	const struct mapping_cache_ops *ops;
+	/* Thresholds on dirty + writeback bytes (the pool's options), and
+	 * how many bytes a thread dirties between two looks at them. */
+	uint64_t dirty_background, dirty_limit, ratelimit;
+	/* Threads sleeping until memory or dirty data goes down: wakers
+	 * call progress() only when there are some. */
+	atomic_uint waiters;
+	struct mapping_cache_stripe stripe[BRLOCK_STRIPES];
+};
 
 struct folio_mapping {
 	struct folio_engine *engine;
@@ -47,11 +127,18 @@ struct folio_mapping {
 	 * Where an invalidated tail leaves EOF (truncate.c). */
 	_Atomic uint64_t backing_size;
 
-	/* Unique per mapping ever created, and bumped whenever a folio
-	 * leaves the index (always under io_lock exclusively): together they
-	 * tell whether a thread's cached folio pointer is still good. */
+	/* Unique per mapping ever created: a thread's lookup hint names
+	 * the mapping by it, so a hint is never taken for a later mapping
+	 * at the same address. */
 	uint64_t id;
-	_Atomic uint64_t remove_gen;
+
+	/* The cache this mapping belongs to (NULL: unbounded), the cache's
+	 * own per-mapping state, and when the mapping last went from clean
+	 * to dirty (CLOCK_MONOTONIC ns; 0: clean, as far as the cache's
+	 * flushers know). */
+	struct mapping_cache *cache;
+	void *cache_member;
+	_Atomic uint64_t dirty_since;
 
 	/* Error sequence (writeback.c): the low bit says "seen", the rest
 	 * counts errors; the errno of the latest error is kept beside it. */
@@ -126,17 +213,108 @@ void mapping_grow_eof(struct folio_mapping *m, uint64_t end);
 /* The cached folio holding pos, referenced, or NULL. */
 struct folio *mapping_lookup(struct folio_mapping *m, uint64_t pos);
 
+/* Bytes a call has charged to m's cache ahead of the folios it is about
+ * to create (cache_reserve()), and the size of the folio it could not
+ * charge last. */
+struct cache_credit {
+	uint64_t bytes;
+	size_t need;
+};
+
 /*
- * The folio holding pos, created when absent (see create_folio() for its
- * size). The caller holds io_lock (shared): folios leave the index only
- * under the exclusive side, so the result needs no reference while the
- * caller keeps io_lock, and repeated hits on one folio are served from a
- * per-thread cache without touching the index. NULL with *err set
- * (-ENOMEM) on failure.
+ * The folio holding pos, locked and still in the index, created when
+ * absent (see create_folio() for its size; a new folio is inserted
+ * locked). The caller holds io_lock shared and may hold locks of folios
+ * below pos. The folio stays valid while the caller holds its lock: it
+ * can leave the index only under that lock.
+ *
+ * Repeated hits on one folio are served from a per-thread hint that
+ * holds a pinned reference (folio_hint_get()): it keeps the folio's
+ * memory alive between calls without counting as a user of it, so a
+ * cache may still reclaim the folio; the REMOVED check after locking
+ * catches that. Only lookups that go to the index raise the folio's
+ * access count: a reader or writer moving through one folio in small
+ * steps counts as one access, so a one-pass scan does not look hot.
+ *
+ * A new folio of a mapping in a cache is charged first, from `credit`
+ * when it holds enough, else by charge(). NULL with *err: -ENOMEM, or
+ * CACHE_FULL with credit->need set: drop every lock, cache_reserve() and
+ * call again.
  */
-struct folio *mapping_find_or_create_folio(struct folio_mapping *m,
-					   uint64_t pos, size_t len_hint,
-					   int *err);
+struct folio *mapping_lock_folio(struct folio_mapping *m, uint64_t pos,
+				 size_t len_hint, struct cache_credit *credit,
+				 int *err);
+
+/* Sleep (holding no lock) until credit->need bytes are charged to m's
+ * cache and add them to the credit. 0 or -ENOMEM. */
+int cache_reserve(struct folio_mapping *m, struct cache_credit *credit);
+/* Give back what is left of a call's credit. */
+void cache_credit_return(struct folio_mapping *m, struct cache_credit *c);
+
+/* Drop the calling thread's lookup hint when it names m. */
+void mapping_drop_hint(struct folio_mapping *m);
+
+/* Count dirty, writeback and unstable byte changes in m's cache. */
+static inline void cache_account(struct folio_mapping *m, int64_t dirty,
+				 int64_t writeback, int64_t unstable)
+{
+	struct mapping_cache *c = m->cache;
+	if (!c)
+		return;
+	struct mapping_cache_stripe *s = &c->stripe[brlock_thread_stripe()];
+	if (dirty)
+		atomic_fetch_add_explicit(&s->dirty, dirty,
+					  memory_order_relaxed);
+	if (writeback)
+		atomic_fetch_add_explicit(&s->writeback, writeback,
+					  memory_order_relaxed);
+	if (unstable)
+		atomic_fetch_add_explicit(&s->unstable, unstable,
+					  memory_order_relaxed);
+}
+
+/* Dirty plus writeback bytes of a cache: what its thresholds bound. */
+static inline int64_t cache_dirty_total(struct mapping_cache *c)
+{
+	int64_t sum = 0;
+	for (unsigned i = 0; i < BRLOCK_STRIPES; i++)
+		sum += atomic_load_explicit(&c->stripe[i].dirty,
+					    memory_order_relaxed) +
+		       atomic_load_explicit(&c->stripe[i].writeback,
+					    memory_order_relaxed);
+	return sum;
+}
+
+/* Memory or dirty data of m's cache went down. */
+static inline void cache_progress(struct folio_mapping *m)
+{
+	struct mapping_cache *c = m->cache;
+	if (c && atomic_load(&c->waiters))
+		c->ops->progress(c);
+}
+
+/*
+ * Try to reclaim f, a folio of m the caller holds a reference to: when
+ * it can be locked without waiting and is clean, stable, not under
+ * writeback and used by nobody but the index and the caller (hint pins
+ * aside), it leaves the index. Needs neither io_lock nor any other lock
+ * of m: the folio lock and index_lock exclusive are what every user of
+ * an indexed folio synchronizes with. The caller may hold io_lock shared
+ * and folio locks of any mapping (only trylocks are taken here besides
+ * index_lock, under which nobody waits). Returns the folio bytes freed
+ * from the index (0: kept).
+ */
+size_t mapping_reclaim_folio(struct folio_mapping *m, struct folio *f);
+
+/*
+ * One flusher step: write back the dirty folios of m from *cursor on,
+ * submitting at most `max_bytes` (whole folios; 0: no limit), and wait
+ * for those requests after io_lock is released; busy folios are left
+ * for later. *cursor moves past the last folio taken, or to 0 when the
+ * end of the mapping was reached. Returns the bytes submitted.
+ */
+int64_t mapping_writeback_chunk(struct folio_mapping *m, uint64_t *cursor,
+				uint64_t max_bytes);
 
 /*
  * Iteration: the next folio at or after *key (only folios carrying `tag`
@@ -194,8 +372,9 @@ void errseq_record(struct folio_mapping *m, int err);
 int errseq_check_advance(struct folio_mapping *m, folio_errseq_t *cursor,
 			 folio_errseq_t begin);
 
-/* Remove a folio from the index and drop the index's reference. Caller
- * holds the folio lock and io_lock exclusively. */
+/* Remove a folio from the index and drop the index's reference; any
+ * dirty or unstable state it still had goes with it. Caller holds the
+ * folio lock (and has checked it is not REMOVED already). */
 void mapping_remove_folio(struct folio_mapping *m, struct folio *f);
 
 /* Sleep until the folio's writeback ends, driving a polled engine.

@@ -209,18 +209,26 @@ static int check_io_args(struct folio_mapping *m, const void *buf,
 	return 0;
 }
 
-/* Lock a folio for a content change, honouring stable writes. */
-static void lock_for_write(struct folio_mapping *m, struct folio *f)
+/* Honour stable writes on a folio locked for a content change. */
+static void wait_stable(struct folio_mapping *m, struct folio *f)
 {
-	folio_lock(f);
 	if (m->flags & FOLIO_MAPPING_STABLE_WRITES)
 		mapping_wait_writeback(m, f);
 }
+
+/*
+ * Bytes this thread newly dirtied in pooled mappings since it last
+ * looked at its pool's thresholds: looking costs a read of every stripe,
+ * so a thread looks once per cache->ratelimit bytes (the kernel's
+ * per-CPU ratelimit in balance_dirty_pages, in effect).
+ */
+static _Thread_local uint64_t dirtied_since_check TLS_FAST;
 
 /* Mark [off, off+len) dirty+uptodate after the bytes were copied in. */
 static void commit_write(struct folio_mapping *m, struct folio *f, size_t off,
 			 size_t len)
 {
+	size_t newly = 0;
 	int r;
 	if (m->flags & FOLIO_MAPPING_FOLIO_DIRTY) {
 		/* The whole folio is valid, but only what lies below EOF is
@@ -233,14 +241,44 @@ static void commit_write(struct folio_mapping *m, struct folio *f, size_t off,
 					       ((eof - f->pos) + mask) & ~mask);
 		if (dirty_end < size)
 			folio_set_uptodate(f, dirty_end, size - dirty_end);
-		r = folio_set_dirty_uptodate(f, 0, dirty_end);
+		r = folio_dirty_counted(f, 0, dirty_end, true, &newly);
 	} else {
-		r = folio_set_dirty_uptodate(f, off, len);
+		r = folio_dirty_counted(f, off, len, true, &newly);
 	}
 	if (r > 0 && (r & FOLIO_BECAME_DIRTY))
 		mapping_tag_dirty(m, f);
 	mapping_grow_eof(m, f->pos + off + len);
 	stat_add(&m->io_bytes[brlock_thread_stripe()].written, len);
+	if (m->cache && newly) {
+		uint64_t bytes = (uint64_t)newly << f->block_shift;
+		cache_account(m, (int64_t)bytes, 0, 0);
+		dirtied_since_check += bytes;
+	}
+}
+
+/*
+ * Has this thread dirtied enough to look at its pool's thresholds, and
+ * is the pool over its dirty limit (the writer must be throttled, which
+ * it may only be holding no lock)? Above the background threshold the
+ * flushers are kicked on the way, which never sleeps.
+ */
+static bool over_dirty_limit(struct folio_mapping *m)
+{
+	struct mapping_cache *c = m->cache;
+	if (!c || dirtied_since_check < c->ratelimit)
+		return false;
+	dirtied_since_check = 0;
+	int64_t total = cache_dirty_total(c);
+	if (total >= (int64_t)c->dirty_limit)
+		return true;
+	if (total >= (int64_t)c->dirty_background)
+		c->ops->kick(c);
+	return false;
+}
+
+static void throttle(struct folio_mapping *m)
+{
+	m->cache->ops->balance(m->cache, m);
 }
 
 ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
@@ -256,14 +294,32 @@ ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
 
 	const unsigned char *src = buf;
 	size_t done = 0;
+	struct cache_credit credit = {0, 0};
 	brlock_read_lock(&m->io_lock);
 	while (done < len) {
 		uint64_t p = pos + done;
 		struct folio *f =
-			mapping_find_or_create_folio(m, p, len - done, &err);
-		if (!f)
-			break;
-		lock_for_write(m, f);
+			mapping_lock_folio(m, p, len - done, &credit, &err);
+		if (!f) {
+			if (err != CACHE_FULL)
+				break;
+			/*
+			 * The pool is full and nothing could be reclaimed at
+			 * once. Waiting for writeback and flushes holding
+			 * io_lock could deadlock (a truncate waiting for it
+			 * blocks the flusher's writeback of this mapping),
+			 * so the write lets go between two folios: it stays
+			 * atomic per folio, as documented, and a truncate
+			 * may come between its pieces.
+			 */
+			brlock_read_unlock(&m->io_lock);
+			err = cache_reserve(m, &credit);
+			brlock_read_lock(&m->io_lock);
+			if (err)
+				break;
+			continue;
+		}
+		wait_stable(m, f);
 		size_t off = (size_t)(p - f->pos);
 		size_t n = MIN(len - done, folio_size(f) - off);
 		err = prepare_write(m, f, off, n, false);
@@ -275,8 +331,18 @@ ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
 		folio_unlock(f);
 		if (err)
 			break;
+		if (done < len && over_dirty_limit(m)) {
+			/* Throttled between two folios, for the same reason
+			 * as above. */
+			brlock_read_unlock(&m->io_lock);
+			throttle(m);
+			brlock_read_lock(&m->io_lock);
+		}
 	}
 	brlock_read_unlock(&m->io_lock);
+	cache_credit_return(m, &credit);
+	if (over_dirty_limit(m))
+		throttle(m);
 	return done ? (ssize_t)done : err;
 }
 
@@ -288,18 +354,32 @@ ssize_t folio_mapping_write_begin(struct folio_mapping *m, uint64_t pos,
 	int err = check_io_args(m, folio, len, pos);
 	if (err)
 		return err;
+	/* Zero-copy writers are throttled here, before anything is
+	 * locked; write_end() runs with the folio locked. */
+	if (over_dirty_limit(m))
+		throttle(m);
+	struct cache_credit credit = {0, 0};
+	struct folio *f;
 	brlock_read_lock(&m->io_lock);
-	struct folio *f =
-		folio_get(mapping_find_or_create_folio(m, pos, len, &err));
+	while (!(f = mapping_lock_folio(m, pos, len, &credit, &err)) &&
+	       err == CACHE_FULL) {
+		brlock_read_unlock(&m->io_lock);
+		err = cache_reserve(m, &credit);
+		brlock_read_lock(&m->io_lock);
+		if (err)
+			break;
+	}
 	if (!f) {
 		brlock_read_unlock(&m->io_lock);
+		cache_credit_return(m, &credit);
 		return err;
 	}
-	lock_for_write(m, f);
-	/* Truncate takes io_lock exclusively and then each folio's lock, so
-	 * holding only the folio lock from here to write_end is enough to
-	 * keep the folio in the mapping. */
+	folio_get(f);
+	wait_stable(m, f);
+	/* Every remover takes the folio lock, so holding only it from here
+	 * to write_end is enough to keep the folio in the mapping. */
 	brlock_read_unlock(&m->io_lock);
+	cache_credit_return(m, &credit);
 	size_t off = (size_t)(pos - f->pos);
 	size_t n = MIN(len, folio_size(f) - off);
 	if (n > SSIZE_MAX)
@@ -380,7 +460,8 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 		len = SSIZE_MAX;
 
 	unsigned char *dst = buf;
-	size_t done = 0;
+	size_t done = 0, want = len;
+	struct cache_credit credit = {0, 0};
 	brlock_read_lock(&m->io_lock);
 	uint64_t eof = mapping_eof(m);
 	if (pos >= eof)
@@ -399,11 +480,10 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 		 * missing blocks; contiguous runs merge across folios. */
 		for (size_t at = done; at < len && n < READ_BATCH;) {
 			uint64_t p = pos + at;
-			struct folio *f = mapping_find_or_create_folio(
-				m, p, len - at, &err);
+			struct folio *f = mapping_lock_folio(
+				m, p, len - at, &credit, &err);
 			if (!f)
 				break;
-			folio_lock(f);
 			struct read_slot *s = &slot[n++];
 			s->folio = f;
 			s->off = (size_t)(p - f->pos);
@@ -413,6 +493,12 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 			if (err)
 				break;
 		}
+		/* A full pool ends the batch: the folios it holds locked
+		 * are read and released first, and only a batch that could
+		 * not start waits for room (holding no lock, see write). */
+		bool need_room = err == CACHE_FULL;
+		if (need_room && n)
+			err = 0;
 		rqb_finish(&b);
 		int r = finish_reads(m, &b, &g, eof, true);
 		(void)r; /* what matters is which bytes became uptodate */
@@ -434,8 +520,19 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 			}
 			folio_unlock(s->folio);
 		}
+		if (need_room && !n) {
+			brlock_read_unlock(&m->io_lock);
+			err = cache_reserve(m, &credit);
+			brlock_read_lock(&m->io_lock);
+			/* A truncate may have come in between: never read
+			 * past the EOF of now. */
+			eof = mapping_eof(m);
+			uint64_t end = MIN(pos + want, MAX(eof, pos));
+			len = (size_t)MAX(end - pos, (uint64_t)done);
+		}
 	}
 	brlock_read_unlock(&m->io_lock);
+	cache_credit_return(m, &credit);
 	stat_add(&m->io_bytes[brlock_thread_stripe()].read, done);
 	return done ? (ssize_t)done : err;
 }

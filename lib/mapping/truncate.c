@@ -8,15 +8,26 @@
 
 #include "mapping/mapping.h"
 
+/* Forget the dirty and unstable state of the blocks wholly inside
+ * [off, off+len) of f (their data is gone), keeping the cache's counts. */
+static void forget_blocks(struct folio_mapping *m, struct folio *f,
+			  size_t off, size_t len)
+{
+	size_t dirty = folio_clear_dirty_counted(f, off, len);
+	size_t unstable = folio_forget_unstable(f, off, len);
+	cache_account(m, -(int64_t)((uint64_t)dirty << f->block_shift), 0,
+		      -(int64_t)((uint64_t)unstable << f->block_shift));
+}
+
 /* Zero the bytes of f from `size` on and forget the state of the blocks
  * wholly past it: they no longer belong to the object. */
-static void cut_folio_tail(struct folio *f, uint64_t size)
+static void cut_folio_tail(struct folio_mapping *m, struct folio *f,
+			   uint64_t size)
 {
 	size_t off = (size_t)(size - f->pos);
 	size_t tail = folio_size(f) - off;
 	memset(f->data + off, 0, tail);
-	folio_clear_dirty(f, off, tail);
-	folio_forget_unstable(f, off, tail);
+	forget_blocks(m, f, off, tail);
 }
 
 /* Shrink the cache to `size`: drop folios wholly past it, zero and clean
@@ -30,10 +41,12 @@ static void shrink_cache(struct folio_mapping *m, uint64_t size)
 	while ((f = mapping_next_folio(m, &key, UINT64_MAX, INDEX_NO_TAG))) {
 		folio_lock(f);
 		mapping_wait_writeback(m, f);
-		if (f->pos >= size)
+		/* A pool may have reclaimed it since it was found. */
+		bool gone = folio_test_removed(f);
+		if (!gone && f->pos >= size)
 			mapping_remove_folio(m, f);
-		else
-			cut_folio_tail(f, size);
+		else if (!gone)
+			cut_folio_tail(m, f, size);
 		folio_unlock(f);
 		folio_put(f);
 	}
@@ -129,6 +142,12 @@ int folio_mapping_invalidate(struct folio_mapping *m, uint64_t pos,
 	struct folio *f;
 	while ((f = mapping_next_folio(m, &key, last, INDEX_NO_TAG))) {
 		folio_lock(f);
+		if (folio_test_removed(f)) {
+			/* Reclaimed by a pool since it was found. */
+			folio_unlock(f);
+			folio_put(f);
+			continue;
+		}
 		mapping_wait_writeback(m, f);
 		uint64_t fend = f->pos + folio_size(f);
 		if (discard && (folio_test_dirty(f) || folio_test_unstable(f))) {
@@ -136,8 +155,7 @@ int folio_mapping_invalidate(struct folio_mapping *m, uint64_t pos,
 			uint64_t a = MAX(f->pos, pos), z = MIN(fend, end);
 			size_t off = (size_t)(a - f->pos);
 			discarded |= folio_is_dirty(f, off, (size_t)(z - a)) == 1;
-			folio_forget_unstable(f, off, (size_t)(z - a));
-			folio_clear_dirty(f, off, (size_t)(z - a));
+			forget_blocks(m, f, off, (size_t)(z - a));
 			folio_clear_uptodate(f, off, (size_t)(z - a));
 		}
 		/* Dirty and unstable data is the cache's to keep until it

@@ -36,9 +36,11 @@ static void wb_folio_done(struct folio_mapping *m, struct folio *f,
 static void redirty(struct folio_mapping *m, struct folio *f, size_t off,
 		    size_t len)
 {
-	int r = folio_set_dirty(f, off, len);
+	size_t newly = 0;
+	int r = folio_dirty_counted(f, off, len, false, &newly);
 	if (r > 0 && (r & FOLIO_BECAME_DIRTY))
 		mapping_tag_dirty(m, f);
+	cache_account(m, (int64_t)((uint64_t)newly << f->block_shift), 0, 0);
 }
 
 static void backing_size_grow(struct folio_mapping *m, uint64_t end)
@@ -81,8 +83,12 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 		stat_add(&m->stats.retries, 1);
 		atomic_fetch_add(&m->short_writes, 1);
 	}
+	cache_account(m, 0, -(int64_t)len, 0);
 	for (unsigned i = 0; i < io->nsegs; i++)
 		wb_folio_done(m, io->segs[i].folio, (long long)io->segs[i].len);
+	/* Before the group drops: a writer waiting for room may free m as
+	 * soon as the pass that waits for this request returns. */
+	cache_progress(m);
 	/* The pass waiting for this request may return (and its group go
 	 * away) as soon as the group drops: touch nothing after that. */
 	struct io_group *group = io->group;
@@ -95,10 +101,13 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 struct wb_params {
 	uint64_t start, end; /* end: exclusive, already clamped */
 	bool wait_busy;
+	bool wait_own; /* wait for this pass's requests (implied by busy) */
 	uint64_t budget;
 	size_t max_request;
 	unsigned max_segments;
 	size_t merge_gap;
+	uint64_t resume; /* out: where a pass the budget stopped ends, or 0
+			  * when it reached the end of its range */
 };
 
 static int parse_opts(const struct folio_mapping *m,
@@ -179,12 +188,15 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
 	(void)folio_start_writeback(f);
 	mapping_tag_set(m, f, INDEX_TAG_WRITEBACK);
 
-	uint64_t queued = 0;
+	uint64_t queued = 0, taken = 0;
 	struct folio_range runs[RUNS_PER_TAKE];
 	size_t from = 0;
 	int n;
 	while ((n = folio_take_dirty_from(f, from, runs, RUNS_PER_TAKE)) > 0) {
 		from = runs[n - 1].off + runs[n - 1].len;
+		/* Before merging: a gap of clean blocks was never dirty. */
+		for (int i = 0; i < n; i++)
+			taken += runs[i].len;
 		n = merge_gaps(f, runs, n, gap);
 		for (int i = 0; i < n; i++) {
 			uint64_t pos = f->pos + runs[i].off;
@@ -216,19 +228,22 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
 	/* Dirty bits are gone: drop the tag unless a run was put back. */
 	mapping_tag_clear_unless(m, f, INDEX_TAG_DIRTY, folio_test_dirty);
 
+	/* Counted before the bias drops: completions subtract what they
+	 * finish, and the runs put back were counted by redirty(). */
+	cache_account(m, -(int64_t)taken, (int64_t)queued, 0);
 	wb_folio_done(m, f, bias - (long long)queued);
 	return queued;
 }
 
 static int64_t writeback_pass(struct folio_mapping *m,
-			      const struct wb_params *p)
+			      struct wb_params *p)
 {
 	/* A data-integrity pass waits for its own requests only. */
 	struct io_group own;
 	io_group_init(&own);
+	bool wait_own = p->wait_busy || p->wait_own;
 	struct rq_builder b;
-	rqb_init(&b, m, FOLIO_IO_WRITE, p->wait_busy ? &own : NULL,
-		 wb_end_io);
+	rqb_init(&b, m, FOLIO_IO_WRITE, wait_own ? &own : NULL, wb_end_io);
 	b.max_bytes = p->max_request;
 	b.max_segs = p->max_segments;
 
@@ -238,6 +253,7 @@ static int64_t writeback_pass(struct folio_mapping *m,
 	 * each is locked. */
 	uint64_t end = MIN(p->end, mapping_eof(m));
 	uint64_t queued = 0;
+	p->resume = 0;
 	if (p->start < end) {
 		uint64_t key = mapping_key(m, p->start);
 		uint64_t last = mapping_key(m, end - 1);
@@ -245,6 +261,12 @@ static int64_t writeback_pass(struct folio_mapping *m,
 		while ((f = mapping_next_folio(m, &key, last,
 					       INDEX_TAG_DIRTY))) {
 			folio_lock(f);
+			if (folio_test_removed(f)) {
+				/* Reclaimed meanwhile (it was clean). */
+				folio_unlock(f);
+				folio_put(f);
+				continue;
+			}
 			if (folio_test_writeback(f)) {
 				if (!p->wait_busy) {
 					folio_unlock(f);
@@ -268,19 +290,25 @@ static int64_t writeback_pass(struct folio_mapping *m,
 			}
 			folio_unlock(f);
 			folio_put(f);
-			if (p->budget && queued >= p->budget)
+			if (p->budget && queued >= p->budget) {
+				if (key <= last)
+					p->resume = key << m->min_shift;
 				break;
+			}
 		}
 	}
 	rqb_finish(&b);
 	brlock_read_unlock(&m->io_lock);
-	if (p->wait_busy) {
+	if (wait_own) {
 		/* Request errors are recorded by their completions; what
 		 * else comes back is the engine's wait() failing, and a
 		 * data-integrity pass must not look like it succeeded. */
 		int r = io_group_wait(&own, m->engine);
 		if (r && r != atomic_load(&own.error))
 			errseq_record(m, r);
+	}
+	if (p->wait_busy) {
+		int r;
 		/* Writes other threads started before this pass: a folio
 		 * whose runs another pass took is no longer dirty, so this
 		 * pass never visited it. */
@@ -301,6 +329,19 @@ int64_t folio_mapping_writeback(struct folio_mapping *m,
 	if (r)
 		return r;
 	return writeback_pass(m, &p);
+}
+
+int64_t mapping_writeback_chunk(struct folio_mapping *m, uint64_t *cursor,
+				uint64_t max_bytes)
+{
+	struct wb_params p;
+	parse_opts(m, NULL, &p);
+	p.start = MIN(*cursor, FOLIO_MAX_POS);
+	p.budget = max_bytes;
+	p.wait_own = true;
+	int64_t n = writeback_pass(m, &p);
+	*cursor = p.resume;
+	return n;
 }
 
 /* Passes a sync makes while short writes keep putting bytes back. */
