@@ -5,8 +5,8 @@
  *
  * Layers, each using only the ones before it:
  *
- *   base -> alloc -> bitmap -> folio -> engine -> mapping, engines as
- *   plug-ins; pool to come.
+ *   base -> alloc -> bitmap -> folio -> engine -> mapping -> pool,
+ *   engines as plug-ins.
  *
  *   lib/base/     compiler, atomics, spinlock, futex, brlock, sized-struct
  *                 check (internal)
@@ -17,11 +17,13 @@
  *   lib/engine/   engine object, request and wait plumbing
  *   lib/mapping/  index, read/write, writeback, commit/flush, truncate,
  *                 errseq
+ *   lib/pool/     a budget shared by mappings: reclaim, dirty control,
+ *                 flusher threads
  *   lib/engines/  the built-in engines (posix, io_uring, mem and the shared
  *                 fd helpers): plug-ins that use only lib/engine/ and below
  *
  * This header has one section per public layer, in that order: folios,
- * engines (with the posix and io_uring engines), mappings. The mem engine,
+ * engines (with the posix and io_uring engines), mappings, pools. The mem engine,
  * for tests, has its own header: folio_state_mem.h.
  *
  * Conventions that hold for every function below unless it says otherwise:
@@ -885,17 +887,22 @@ struct folio_mapping_opts {
  * @out:  receives the mapping on success.
  * @opts: required; @opts->engine is required and must outlive the mapping;
  *        @opts->size is the backing object's current size (the mapping
- *        never looks at the object itself).
+ *        never looks at the object itself); @opts->pool, when set, makes
+ *        the mapping's folios count against that pool's budget (see
+ *        folio_pool_new()) and must outlive the mapping.
  *
  * The mapping's own error cursor (folio_mapping_sync() with a NULL
  * cursor) starts here.
  *
  * Context: any thread; allocates, calls no engine callback. From now on
- * folio_engine_free() refuses the engine until folio_mapping_free().
+ * folio_engine_free() refuses the engine until folio_mapping_free(), and
+ * folio_pool_free() the pool.
  * Return: 0; -EINVAL for NULL, @opts->sz too small to hold @engine, a bad
  * geometry (sizes not powers of two, block < 512 or > 64 KiB, min <
  * block, max < min or > FOLIO_MAX_SIZE, size > FOLIO_MAX_POS) or unknown
- * flags; -E2BIG for a larger @opts with non-zero unknown bytes; -ENOMEM.
+ * flags; -ERANGE when @opts->pool's budget is smaller than the mapping's
+ * max folio size (nothing changed); -E2BIG for a larger @opts with
+ * non-zero unknown bytes; -ENOMEM.
  */
 FOLIO_EXPORT int folio_mapping_new(struct folio_mapping **out,
 				   const struct folio_mapping_opts *opts);
@@ -906,10 +913,12 @@ FOLIO_EXPORT int folio_mapping_new(struct folio_mapping **out,
  *
  * It neither writes back nor flushes: sync first. References the caller
  * still holds to its folios stay valid (the folios just leave the
- * mapping).
+ * mapping). A mapping in a pool gives its folios' charge back to the pool
+ * and leaves it.
  *
- * Context: the last call on @m, made when no other thread uses it; takes
- * io_lock exclusively, does no I/O. When no folio is busy but a
+ * Context: the last call on @m, made when no other thread uses it; first
+ * waits for the pool's own threads to stop using @m (a flusher finishes
+ * its request), then takes io_lock exclusively, does no I/O. When no folio is busy but a
  * completion is still finishing (a sync that just returned may have been
  * woken before its last completion returned), it yields until that
  * completion is done. A folio the caller holds locked makes it -EBUSY.
@@ -933,15 +942,24 @@ FOLIO_EXPORT int folio_mapping_free(struct folio_mapping *m);
  * zero-filled. EOF grows to pos + written. Nothing is durable before a
  * sync returns 0.
  *
+ * In a pool, a write may wait: for room (the pool reclaims, writes back,
+ * flushes) and, above the pool's dirty limit, for writeback (throttling).
+ * It waits between two folios holding no lock, so a truncate or
+ * invalidate of the mapping may then come between two of its folios (a
+ * write is atomic per folio, not across folios, in any case).
+ *
  * Context: any thread, concurrently with other calls on @m; takes io_lock
  * shared and each folio's lock in turn; sleeps and does I/O (edge reads;
- * with FOLIO_MAPPING_STABLE_WRITES, waiting for the folio's writeback).
+ * with FOLIO_MAPPING_STABLE_WRITES, waiting for the folio's writeback; in
+ * a pool, writeback and flushes of any of its mappings).
  * The caller must hold no lock of a folio of @m.
  * Return: bytes written (short when a later folio fails; the bytes counted
  * are in the cache); -EINVAL for NULL @m or NULL @buf with @len > 0;
  * -EFBIG when [@pos, @pos + @len) reaches past FOLIO_MAX_POS or @pos is
  * FOLIO_MAX_POS (nothing written); when the first folio fails, with
- * nothing marked: -ENOMEM, or the error of its edge read (the engine's
+ * nothing marked: -ENOMEM (also when the mapping's pool is full and
+ * nothing in it can be cleaned or freed, see folio_pool_new()), or the
+ * error of its edge read (the engine's
  * result such as -EIO, a submit() refusal, a map() error, -EIO for a
  * short read, or the error of the engine's wait()).
  */
@@ -959,11 +977,13 @@ FOLIO_EXPORT ssize_t folio_mapping_write(struct folio_mapping *m,
  *
  * Missing blocks are read with as few engine requests as the layout
  * allows (runs merge across folios) and stay cached. A read sees every
- * write that returned before it started, durable or not.
+ * write that returned before it started, durable or not. In a pool a read
+ * larger than the room it finds goes in pieces, waiting for room between
+ * them like a write (a truncate in between shortens it to the new EOF).
  *
  * Context: any thread, concurrently with other calls on @m; takes io_lock
  * shared and locks up to 64 folios at a time in ascending position order;
- * sleeps and does I/O. The caller must hold no lock of a folio of @m.
+ * sleeps and does I/O (in a pool, also for room, as a write does). The caller must hold no lock of a folio of @m.
  * Return: bytes read (0 at/after EOF; short when a later part cannot be
  * read); -EINVAL for NULL @m or NULL @buf with @len > 0; -EFBIG as for
  * folio_mapping_write(); when the first byte cannot be read: the error of
@@ -985,8 +1005,11 @@ FOLIO_EXPORT ssize_t folio_mapping_read(struct folio_mapping *m, void *buf,
  *
  * Until write_end() the folio stays locked. Between the two calls the
  * calling thread must not call any other function of this mapping except
- * those folio_lock() lists: it could wait for its own folio, or for a
- * truncate that waits for it. Other threads are unaffected (a concurrent
+ * those folio_lock() lists, nor any function of another mapping of the
+ * same pool: it could wait for its own folio, or for a truncate or a
+ * pool's writeback that waits for it. In a pool, write_begin() may wait
+ * for room and for dirty throttling like a write, before it locks
+ * anything. Other threads are unaffected (a concurrent
  * truncate waits for the write_end()). write_end() may be called from
  * another thread.
  *
@@ -1301,6 +1324,171 @@ FOLIO_EXPORT int folio_mapping_sync(struct folio_mapping *m,
 FOLIO_EXPORT int folio_mapping_dirty_ranges(
 	struct folio_mapping *m, uint64_t start, uint64_t end,
 	int (*fn)(uint64_t pos, uint64_t len, void *arg), void *arg);
+
+/* ======================================================================
+ * Layer 5: pools (a memory budget shared by mappings)
+ * ======================================================================
+ *
+ * A pool holds the folios of any number of mappings (each with its own
+ * engine, joined with folio_mapping_opts.pool) within one budget of folio
+ * data bytes. The budget counts every folio a member mapping holds, in
+ * any state (a folio counts its whole size from creation until it leaves
+ * its mapping); headers, bitmaps and the pool's own tables are reported
+ * apart, as metadata.
+ *
+ * Room: a new folio that does not fit reclaims clean, stable (written
+ * and flushed, see the durability contract at the top), unlocked and
+ * unreferenced folios of any member, chosen by S3-FIFO (Yang et al.,
+ * SOSP 2023): new folios enter a small probationary queue (a tenth of
+ * the budget); one found again by a later lookup moves to the main queue
+ * when it reaches the end, the others are evicted and remembered as
+ * ghosts, and a ghost that misses again enters the main queue directly;
+ * main-queue folios that were found again go round again. A hit only
+ * raises a 2-bit count in the folio; a reader or writer moving through a
+ * folio in small steps counts once, so a one-pass scan stays in the small
+ * queue and does not push out the main queue. A folio a thread holds
+ * from folio_mapping_lookup() is referenced and never reclaimed; the
+ * folio a thread merely used last is not held that way.
+ *
+ * When nothing is reclaimable, the writer (or reader) that needs room
+ * writes back dirty data itself (oldest first), flushes the engines
+ * holding unstable data, waits for write completions, and retries: a
+ * budget it can wait for never makes a write fail, and a single write
+ * larger than the budget completes, in pieces. Only when nothing in the
+ * pool can be cleaned or freed (every folio locked or referenced, or its
+ * writes keep failing) does the call give up with -ENOMEM.
+ *
+ * Dirty data (dirty plus under writeback): above @dirty_background the
+ * flusher threads write back, a mapping at a time, round robin, oldest
+ * dirty data first, in position order within a mapping, one request
+ * (1 MiB) per turn; above @dirty_limit writers wait, woken as writes
+ * complete, until it is below again. Without flusher threads a throttled
+ * writer writes back itself, down to halfway between the thresholds.
+ * Data dirty for longer than @dirty_expire_ms is written back by the
+ * flushers whatever the amount (mapping by mapping: a mapping whose
+ * first dirty byte since it was last clean is that old is written whole).
+ * Flushers also flush engines when unstable data reaches
+ * @dirty_background or room is wanted. Errors of writes and flushes the
+ * pool started are recorded like any others and reported by the
+ * mapping's next folio_mapping_sync().
+ *
+ * Thread rules: every pool function may be called from any thread at
+ * any time, concurrently with anything done to its mappings, except
+ * folio_pool_free(), which must be the last call.
+ */
+struct folio_pool;
+
+#define FOLIO_POOL_MAX_FLUSHERS 64u
+#define FOLIO_POOL_MAX_EXPIRE_MS 86400000u /* one day */
+
+struct folio_pool_opts {
+	size_t sz;
+	uint64_t budget;           /* required: bytes of folio data */
+	uint64_t dirty_background; /* 0: budget / 10 (or dirty_limit / 2
+				    * when that is not below it) */
+	uint64_t dirty_limit;      /* 0: budget / 5 */
+	unsigned dirty_expire_ms;  /* 0: 30000 */
+	unsigned flusher_threads;  /* 0: none, writers write back */
+	unsigned flags;            /* none defined yet: 0 */
+};
+
+/**
+ * folio_pool_new() - create a pool.
+ * @out:  receives the pool on success.
+ * @opts: required (@budget has no default). Zero fields take the
+ *        defaults listed in struct folio_pool_opts.
+ *
+ * Flusher threads start at once and wake when dirty data passes
+ * @dirty_background, and at least every @dirty_expire_ms / 2 (at least
+ * every 10 ms, at most every second) to look for expired data.
+ *
+ * Context: any thread; allocates memory and starts the flusher threads.
+ * Return: 0; -EINVAL for NULL @out or @opts, @opts->sz smaller than the
+ * fields through @budget, @budget 0 or unknown @flags; -ERANGE for a
+ * @budget below FOLIO_MIN_BLOCK_SIZE or above FOLIO_MAX_POS, @dirty_limit above
+ * @budget, @dirty_background above the (default or given) limit,
+ * @dirty_expire_ms above FOLIO_POOL_MAX_EXPIRE_MS or @flusher_threads
+ * above FOLIO_POOL_MAX_FLUSHERS; -E2BIG for a larger @opts with non-zero
+ * unknown bytes; -ENOMEM; the error of pthread_create(), negated, when a
+ * flusher cannot start. Nothing is created on error.
+ */
+FOLIO_EXPORT int folio_pool_new(struct folio_pool **out,
+				const struct folio_pool_opts *opts);
+
+/**
+ * folio_pool_free() - stop the flushers and free the pool.
+ * @p: the pool (NULL is accepted).
+ *
+ * Context: the last call on the pool, when no other thread uses it;
+ * joins the flusher threads (each finishes the request it is writing).
+ * Return: 0 (also for NULL); -EBUSY while a mapping still uses it
+ * (nothing changed: free the mappings first).
+ */
+FOLIO_EXPORT int folio_pool_free(struct folio_pool *p);
+
+struct folio_pool_stats {
+	size_t sz;
+	/* The settings in force (defaults applied). */
+	uint64_t budget, dirty_background, dirty_limit, dirty_expire_ms;
+	uint64_t flusher_threads;
+	uint64_t mappings;         /* member mappings */
+	uint64_t cached_bytes;     /* folio data charged to the budget */
+	uint64_t dirty_bytes;      /* dirty blocks (not those only under
+				    * writeback) */
+	uint64_t writeback_bytes;  /* bytes of write requests in flight */
+	uint64_t unstable_bytes;   /* written, not yet flushed */
+	uint64_t metadata_bytes;   /* folio headers and bitmaps, index
+				    * nodes, the pool's queues and ghosts */
+	uint64_t small_bytes, main_bytes; /* the two S3-FIFO queues */
+	uint64_t hits;             /* folio lookups of reads and writes
+				    * that found the folio */
+	uint64_t misses;           /* ... that allocated it */
+	uint64_t ghost_hits;       /* misses on recently evicted keys */
+	uint64_t reclaimed_bytes, reclaimed_folios;
+	uint64_t throttle_waits;   /* writers that waited above the limit */
+	uint64_t throttle_ns;      /* time they waited, in total */
+	uint64_t memory_waits;     /* calls that waited for room */
+	uint64_t memory_wait_ns;
+	uint64_t flusher_passes;   /* flusher steps (one request each) */
+	uint64_t flusher_bytes;    /* bytes the flushers submitted */
+	uint64_t flushes;          /* engine flushes the pool started */
+};
+
+/**
+ * folio_pool_stats() - the pool's byte counts, settings and counters.
+ * @p:  the pool.
+ * @st: receives them, honouring @st->sz (fields past it are not written).
+ *
+ * The byte counts are exact whenever no operation is running: each is
+ * the sum over the member mappings (dirty_bytes and unstable_bytes that
+ * of their folio_mapping_stats() fields, cached_bytes the sizes of their
+ * folios); while operations run they may be a moment behind.
+ *
+ * Context: any thread, any time; takes the pool's lock and each member's
+ * index lock shared, briefly; no I/O.
+ * Return: 0; -EINVAL for NULL arguments or @st->sz < sizeof(size_t);
+ * -E2BIG for a larger struct whose unknown bytes are not zero.
+ */
+FOLIO_EXPORT int folio_pool_stats(struct folio_pool *p,
+				  struct folio_pool_stats *st);
+
+/**
+ * folio_pool_shrink() - give memory back now (e.g. on a memory-pressure
+ * signal).
+ * @p:     the pool.
+ * @bytes: how much to give back.
+ *
+ * Reclaims clean, stable, unused folios of the pool's mappings, by the
+ * same policy as reclaim for room, until @bytes were given back. When
+ * unstable data keeps it short, the engines holding it are flushed (then
+ * it is reclaimable); dirty data is not written for it. Whole folios go,
+ * so the last one may take the count past @bytes.
+ *
+ * Context: any thread, any time, holding no write_begin() folio of the
+ * pool's mappings; may run engine flushes.
+ * Return: the bytes given back (0 for @bytes 0); -EINVAL for NULL @p.
+ */
+FOLIO_EXPORT int64_t folio_pool_shrink(struct folio_pool *p, uint64_t bytes);
 
 #ifdef __cplusplus
 }

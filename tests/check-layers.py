@@ -6,8 +6,8 @@
 
 Rules:
   - every source file lives in a layer folder: base, alloc, bitmap, folio,
-    engine, mapping, or engines (the built-in engines, plug-ins on the
-    engine layer);
+    engine, mapping, pool (the top), or engines (the built-in engines,
+    plug-ins on the engine layer);
   - a file includes internal headers by layer path ("folio/folio.h"), from
     its own layer or one below it; mapping and engines are side by side
     and never include each other; public headers ("folio_state.h",
@@ -21,7 +21,7 @@ import sys
 import tempfile
 
 RANK = {'base': 0, 'alloc': 1, 'bitmap': 2, 'folio': 3, 'engine': 4,
-        'mapping': 5, 'engines': 5}
+        'mapping': 5, 'engines': 5, 'pool': 6}
 PUBLIC = {'folio_state.h', 'folio_state_mem.h'}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 FLAG = re.compile(r'\bFOLIO_F_[A-Z_]+\b')
@@ -73,10 +73,12 @@ def selftest():
         'folio/up.c': '#include "mapping/mapping.h"\n',
         'engine/bare.c': '#include "folio.h"\n',
         'mapping/flags.c': 'int x = FOLIO_F_DIRTY;\n',
+        'pool/ok.c': '#include "mapping/mapping.h"\n',
+        'mapping/pool.c': '#include "pool/pool.h"\n',
         'stray.c': '\n',
     }
     want = {'mapping/up.c', 'folio/up.c', 'engine/bare.c', 'alloc/up.c',
-            'mapping/flags.c', 'stray.c'}
+            'mapping/flags.c', 'mapping/pool.c', 'stray.c'}
     with tempfile.TemporaryDirectory() as d:
         for rel, text in cases.items():
             os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)

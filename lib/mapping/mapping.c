@@ -561,10 +561,8 @@ static void remove_locked(struct folio_mapping *m, struct folio *f)
 static void removed_from_index(struct folio_mapping *m, struct folio *f)
 {
 	struct mapping_cache *c = m->cache;
-	if (c) {
+	if (c)
 		c->ops->removed(c, m, f);
-		cache_progress(m);
-	}
 	f->mapping = NULL;
 	folio_put(f);
 }
@@ -613,6 +611,22 @@ size_t mapping_reclaim_folio(struct folio_mapping *m, struct folio *f)
 		removed_from_index(m, f);
 	folio_unlock(f);
 	return freed;
+}
+
+bool mapping_any_tagged(struct folio_mapping *m, unsigned tag)
+{
+	pthread_rwlock_rdlock(&m->index_lock);
+	bool any = index_any_tagged(&m->index, tag);
+	pthread_rwlock_unlock(&m->index_lock);
+	return any;
+}
+
+size_t mapping_index_bytes(struct folio_mapping *m)
+{
+	pthread_rwlock_rdlock(&m->index_lock);
+	size_t n = index_node_count(&m->index);
+	pthread_rwlock_unlock(&m->index_lock);
+	return n * INDEX_NODE_BYTES;
 }
 
 static bool writeback_done(void *arg)

@@ -306,6 +306,12 @@ static inline void cache_progress(struct folio_mapping *m)
  */
 size_t mapping_reclaim_folio(struct folio_mapping *m, struct folio *f);
 
+/* Does any folio of m carry `tag` (INDEX_TAG_*)? A hint: it may be
+ * stale by the time the caller acts on it. */
+bool mapping_any_tagged(struct folio_mapping *m, unsigned tag);
+/* Bytes of index nodes m uses (metadata statistics). */
+size_t mapping_index_bytes(struct folio_mapping *m);
+
 /*
  * One flusher step: write back the dirty folios of m from *cursor on,
  * submitting at most `max_bytes` (whole folios; 0: no limit), and wait

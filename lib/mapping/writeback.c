@@ -86,9 +86,11 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 	cache_account(m, 0, -(int64_t)len, 0);
 	for (unsigned i = 0; i < io->nsegs; i++)
 		wb_folio_done(m, io->segs[i].folio, (long long)io->segs[i].len);
-	/* Before the group drops: a writer waiting for room may free m as
-	 * soon as the pass that waits for this request returns. */
-	cache_progress(m);
+	/* Bytes that reached the store are what waiters for room or for
+	 * dirty data to drop need. Before the group drops: the pass waiting
+	 * for this request may return, and its mapping go, at once. */
+	if (good)
+		cache_progress(m);
 	/* The pass waiting for this request may return (and its group go
 	 * away) as soon as the group drops: touch nothing after that. */
 	struct io_group *group = io->group;
