@@ -24,9 +24,11 @@
 /* What one flusher step writes: one default request. */
 #define FLUSH_CHUNK ((uint64_t)RQ_DEFAULT_MAX_BYTES)
 /* A waiter gives up after this many rounds in which nothing in the pool
- * changed (no folio freed, no write completed, no flush succeeded),
- * each waiting up to WAIT_NS for others: then nothing it could wait for
- * is left (write errors keep data dirty, or every folio is held). */
+ * changed (no folio freed, no write completed, no flush succeeded) while
+ * no write was in flight, each waiting up to WAIT_NS for others: then
+ * nothing it could wait for is left (write errors keep data dirty, or
+ * every folio is held). A slow engine never makes it give up: its
+ * requests in flight will complete. */
 #define STALL_ROUNDS 16u
 #define WAIT_NS 10000000u
 
@@ -43,6 +45,13 @@ static void wait_progress(struct folio_pool *p, uint64_t mark, uint64_t ns)
 	       pthread_cond_timedwait(&p->progress_cond, &p->lock, &t) == 0)
 		;
 	pthread_mutex_unlock(&p->lock);
+}
+
+/* Did a round that began at `mark` change nothing, with nothing in
+ * flight that still could? */
+static bool stalled(struct folio_pool *p, uint64_t mark)
+{
+	return atomic_load(&p->events) == mark && pool_sum_writeback(p) <= 0;
 }
 
 void pool_op_progress(struct mapping_cache *c)
@@ -144,7 +153,7 @@ int pool_op_reserve(struct mapping_cache *c, struct folio_mapping *m,
 		/* Nothing to start: others' I/O or locks hold the room. */
 		if (!acted)
 			wait_progress(p, mark, WAIT_NS);
-		if (atomic_load(&p->events) != mark) {
+		if (!stalled(p, mark)) {
 			stalls = 0;
 		} else if (++stalls == STALL_ROUNDS) {
 			r = -ENOMEM;
@@ -187,7 +196,7 @@ void pool_op_balance(struct mapping_cache *c, struct folio_mapping *m)
 		}
 		/* An engine that keeps failing must not hold writers for
 		 * good: the data stays dirty, nothing is lost. */
-		if (atomic_load(&p->events) != mark)
+		if (!stalled(p, mark))
 			stalls = 0;
 		else if (++stalls == STALL_ROUNDS)
 			break;
