@@ -172,6 +172,64 @@ static void test_redone_truncate_then_discard(void **state)
 	test_close(m, e);
 }
 
+/*
+ * A failed flush that lost a truncate, whose redo of that truncate fails
+ * too: the next flush must not succeed over a store that still holds
+ * what the truncate cut (defect, found by test_pool_model: the next
+ * sync's flush succeeded, settled the truncate, and the old tail was
+ * durable past EOF), and reads of uncached blocks there must not return
+ * that tail (they did, once reclaim had dropped the zeros). It redoes
+ * the truncate first and fails once, the sync after it succeeds with the
+ * store cut.
+ */
+static void test_failed_redo_is_owed(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	assert_int_equal(folio_engine_mem(&e, 1u << 20), 0);
+	assert_int_equal(folio_engine_mem_set_volatile(e, true), 0);
+	/* One-block folios: the clean ones of the cut range can go. */
+	struct folio_mapping *m = new_mapping(e, 4096, 0);
+	unsigned char data[64 * 1024], got[64 * 1024];
+	pattern(data, sizeof(data), 3);
+	assert_int_equal(folio_mapping_write(m, data, sizeof(data), 0),
+			 sizeof(data));
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(folio_mapping_truncate(m, 10000), 0);
+	assert_int_equal(folio_mapping_write(m, data, 100, 20000), 100);
+	struct folio_mem_fault lose = {.sz = sizeof(lose),
+				       .ops = FOLIO_MEM_OP_FLUSH,
+				       .count = 1, .error = -EIO,
+				       .flags = FOLIO_MEM_FAULT_LOSE};
+	struct folio_mem_fault cut = {.sz = sizeof(cut),
+				      .ops = FOLIO_MEM_OP_TRUNCATE,
+				      .count = 1, .error = -EIO};
+	assert_int_equal(folio_engine_mem_inject(e, &lose), 0);
+	assert_int_equal(folio_engine_mem_inject(e, &cut), 0);
+	assert_int_equal(folio_mapping_sync(m, NULL), -EIO);
+	/* The store is the durable one again, 64 KiB long, its old tail
+	 * back; reads must not see it, cached or not. */
+	assert_int_equal(test_mem_stats(e).size, sizeof(data));
+	assert_int_equal(folio_mapping_invalidate(m, 0, 0, 0), -EBUSY);
+	memset(got, 0xee, sizeof(got));
+	assert_int_equal(folio_mapping_read(m, got, sizeof(got), 0), 20100);
+	assert_memory_equal(got, data, 10000);
+	for (size_t i = 10000; i < 20000; i++)
+		assert_int_equal(got[i], 0);
+	assert_memory_equal(got + 20000, data, 100);
+	assert_int_equal(folio_mapping_sync(m, NULL), -EIO); /* the redo */
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	struct folio_mem_stats st = test_mem_stats(e);
+	assert_int_equal(st.durable_size, 20100);
+	memset(got, 0xee, sizeof(got));
+	assert_int_equal(folio_engine_mem_peek_durable(e, got, 20100, 0), 0);
+	assert_memory_equal(got, data, 10000);
+	for (size_t i = 10000; i < 20000; i++)
+		assert_int_equal(got[i], 0);
+	assert_memory_equal(got + 20000, data, 100);
+	test_close(m, e);
+}
+
 /* Written but not flushed: clean, counted, and kept by invalidate and
  * free until a sync made it durable. */
 static void test_unstable_kept(void **state)
@@ -447,6 +505,7 @@ int main(void)
 		cmocka_unit_test(test_flush_failure_lose),
 		cmocka_unit_test(test_flush_failure_keep),
 		cmocka_unit_test(test_flush_failure_drop_policy),
+		cmocka_unit_test(test_failed_redo_is_owed),
 		cmocka_unit_test(test_redone_truncate_then_discard),
 		cmocka_unit_test(test_unstable_kept),
 		cmocka_unit_test(test_write_during_flush_stays_unstable),

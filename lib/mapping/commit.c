@@ -35,6 +35,7 @@ int mapping_commit_init(struct folio_mapping *m)
 	m->commit.started = m->commit.finished = 0;
 	m->commit.resize_pending = false;
 	m->commit.resize_low = m->commit.resize_epoch = 0;
+	m->commit.redo_owed = false;
 	return 0;
 }
 
@@ -131,52 +132,102 @@ static void resize_settled(struct folio_mapping *m, uint64_t epoch)
  * written after the cut, so it is unstable or dirty and the re-dirtying
  * that follows writes it again; the zeros in between come back from the
  * cut. No writeback may run meanwhile (it would land before the cut and
- * be lost with it): io_lock is taken exclusively and writes in flight
- * drain first. The resize stays pending until a flush covers it.
+ * be lost with it): the caller holds io_lock exclusively and writes in
+ * flight drain first. The resize stays pending until a flush covers it.
+ *
+ * When the redo fails, the store may still hold what the truncate cut:
+ * reads zero-fill from the cut on (stale_from) and the next flush must
+ * redo it first (redo_owed).
  */
-static int redo_resize(struct folio_mapping *m)
+static int redo_resize_locked(struct folio_mapping *m)
 {
 	uint64_t low;
-	if (!resize_pending(m, &low))
-		return 0;
-	brlock_write_lock(&m->io_lock);
-	resize_pending(m, &low); /* a truncate may have run meanwhile */
-	mapping_wait_range_writeback(m, 0, FOLIO_MAX_POS);
-	struct folio_engine *e = m->engine;
-	uint64_t eof = mapping_eof(m);
-	int r = engine_truncate(e, MIN(low, eof));
-	if (!r)
-		atomic_store(&m->backing_size, MIN(low, eof));
-	if (!r && low < eof) {
-		r = engine_truncate(e, eof);
-		/* The store has this size now: a discard reaching EOF must
-		 * not pull EOF below it (the redone cut is not the store's
-		 * end any more). */
+	int r = 0;
+	if (resize_pending(m, &low)) {
+		mapping_wait_range_writeback(m, 0, FOLIO_MAX_POS);
+		struct folio_engine *e = m->engine;
+		uint64_t eof = mapping_eof(m);
+		uint64_t cut = MIN(low, eof);
+		r = engine_truncate(e, cut);
 		if (!r)
-			atomic_store(&m->backing_size, eof);
+			atomic_store(&m->backing_size, cut);
+		if (!r && low < eof) {
+			r = engine_truncate(e, eof);
+			/* The store has this size now: a discard reaching
+			 * EOF must not pull EOF below it (the redone cut is
+			 * not the store's end any more). */
+			if (!r)
+				atomic_store(&m->backing_size, eof);
+		}
+		/* io_lock held: no read is between its look at the limit
+		 * and its use of what it read. */
+		if (r && cut < atomic_load(&m->stale_from))
+			atomic_store(&m->stale_from, cut);
 	}
-	brlock_write_unlock(&m->io_lock);
+	if (!r)
+		atomic_store(&m->stale_from, UINT64_MAX);
+	pthread_mutex_lock(&m->commit.lock);
+	m->commit.redo_owed = r != 0;
+	pthread_mutex_unlock(&m->commit.lock);
 	return r;
+}
+
+static bool redo_owed(struct folio_mapping *m)
+{
+	pthread_mutex_lock(&m->commit.lock);
+	bool owed = m->commit.redo_owed;
+	pthread_mutex_unlock(&m->commit.lock);
+	return owed;
 }
 
 static int run_flush(struct folio_mapping *m)
 {
 	uint64_t epoch = atomic_fetch_add_explicit(&m->flush_epoch, 1,
 						   memory_order_acq_rel);
-	int r = engine_flush(m->engine);
-	stat_add(&m->stats.flushes, 1);
+	bool redo = !(m->flags & FOLIO_MAPPING_DROP_ON_ERROR);
+	uint64_t low;
+	/*
+	 * With a truncate no flush has covered yet, a flush that fails may
+	 * give the store its cut tail back until the redo: readers are kept
+	 * out meanwhile (a page cache would not read a stale tail either).
+	 * Only then, so that plain syncs never stop reads and writes.
+	 */
+	bool locked = redo && resize_pending(m, &low);
+	if (locked)
+		brlock_write_lock(&m->io_lock);
+	int r;
+	if (redo && redo_owed(m)) {
+		/*
+		 * The last failed flush could not redo the lost resize. A
+		 * flush now would settle the resize over the stale tail, so
+		 * this round redoes it instead. The cut takes everything
+		 * written above the low mark since (unstable: none of it was
+		 * flushed), so that is dirty again, as after a failed flush,
+		 * and the round fails: the next one writes and flushes it.
+		 */
+		r = redo_resize_locked(m);
+		r = r ? r : -EIO;
+	} else {
+		r = engine_flush(m->engine);
+		stat_add(&m->stats.flushes, 1);
+		if (r && redo) {
+			/* When the redo fails that error is recorded too,
+			 * and the resize stays pending. */
+			if (!locked) {
+				brlock_write_lock(&m->io_lock);
+				locked = true;
+			}
+			int rr = redo_resize_locked(m);
+			if (rr)
+				errseq_record(m, rr);
+		}
+	}
+	if (locked)
+		brlock_write_unlock(&m->io_lock);
 	if (!r) {
 		resize_settled(m, epoch);
 		settle_unstable(m, epoch, false);
 		return 0;
-	}
-	if (!(m->flags & FOLIO_MAPPING_DROP_ON_ERROR)) {
-		/* When the redo fails the store is in doubt: that error is
-		 * recorded too, and the resize stays pending, so the next
-		 * failing or succeeding flush tries again. */
-		int rr = redo_resize(m);
-		if (rr)
-			errseq_record(m, rr);
 	}
 	settle_unstable(m, epoch, true);
 	errseq_record(m, r);

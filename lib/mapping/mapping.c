@@ -81,6 +81,7 @@ int folio_mapping_new(struct folio_mapping **out,
 	m->max_shift = ilog2_u64(max);
 	m->flags = opts->flags;
 	atomic_init(&m->size, opts->size);
+	atomic_init(&m->stale_from, UINT64_MAX);
 	atomic_init(&m->backing_size, opts->size);
 	atomic_init(&m->flush_epoch, 1);
 	m->id = atomic_fetch_add(&next_mapping_id, 1);

@@ -122,6 +122,12 @@ struct folio_mapping {
 	struct index_tree index;
 
 	_Atomic uint64_t size; /* EOF */
+	/* Store bytes from here on cannot be trusted: a failed flush lost
+	 * a truncate and redoing it failed too, so the store may still
+	 * hold what the truncate cut. Reads zero-fill there (what the
+	 * object holds there that the store lacks is all cached, dirty)
+	 * until a redo succeeds. UINT64_MAX: the store is good. */
+	_Atomic uint64_t stale_from;
 	/* The backing object's size as far as this mapping knows: the size
 	 * it was opened with, raised by completed writes, set by truncate.
 	 * Where an invalidated tail leaves EOF (truncate.c). */
@@ -162,6 +168,10 @@ struct folio_mapping {
 		 * the last covering flush, `epoch` the newest truncate's. */
 		bool resize_pending;
 		uint64_t resize_low, resize_epoch;
+		/* A failed flush's redo of the pending resize failed too:
+		 * the store may still hold bytes a truncate cut, so the
+		 * next flush redoes it first and cannot succeed without. */
+		bool redo_owed;
 	} commit;
 
 	/* Write requests in flight: free refuses while there are any. */
@@ -205,6 +215,14 @@ static inline unsigned mapping_folio_order(const struct folio_mapping *m,
 static inline uint64_t mapping_eof(struct folio_mapping *m)
 {
 	return atomic_load_explicit(&m->size, memory_order_acquire);
+}
+
+/* Where reads stop taking bytes from the store and zero-fill: EOF, or
+ * below it while the store is known to be stale there. */
+static inline uint64_t mapping_read_end(struct folio_mapping *m)
+{
+	return MIN(mapping_eof(m),
+		   atomic_load_explicit(&m->stale_from, memory_order_acquire));
 }
 
 /* Raise EOF to at least `end` (concurrent writers race benignly). */

@@ -160,7 +160,9 @@ static int prepare_write(struct folio_mapping *m, struct folio *f, size_t off,
 	if (!nedge)
 		return 0;
 
-	uint64_t eof = mapping_eof(m);
+	/* Blocks past this are zeros (at or past EOF, or where the store
+	 * is stale), never read. */
+	uint64_t eof = mapping_read_end(m);
 	struct io_group g;
 	struct rq_builder b;
 	start_reads(m, &b, &g);
@@ -500,7 +502,7 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 		if (need_room && n)
 			err = 0;
 		rqb_finish(&b);
-		int r = finish_reads(m, &b, &g, eof, true);
+		int r = finish_reads(m, &b, &g, mapping_read_end(m), true);
 		(void)r; /* what matters is which bytes became uptodate */
 
 		/* Copy out in order, stopping at the first range that could
