@@ -73,6 +73,27 @@ void pool_op_kick(struct mapping_cache *c)
 	pthread_mutex_unlock(&p->lock);
 }
 
+/*
+ * Wait for writes in flight anywhere in the pool to end, or for others'
+ * progress when none are: what a waiter does when it has nothing to
+ * start. Waiting on the folios drives engines that complete only when
+ * polled (their wait()), so requests someone submitted without waiting
+ * cannot hold a waiter for good.
+ */
+static void wait_for_others(struct folio_pool *p, uint64_t mark)
+{
+	if (pool_sum_writeback(p) <= 0) {
+		wait_progress(p, mark, WAIT_NS);
+		return;
+	}
+	size_t n;
+	struct pool_member **v = members_get(p, &n);
+	for (size_t i = 0; i < n; i++)
+		if (mapping_any_tagged(v[i]->m, INDEX_TAG_WRITEBACK))
+			mapping_wait_range_writeback(v[i]->m, 0, FOLIO_MAX_POS);
+	members_put(p, v, n);
+}
+
 static int by_dirty_age(const void *a, const void *b)
 {
 	/* A member whose age is unknown (0) goes last. */
@@ -152,7 +173,7 @@ int pool_op_reserve(struct mapping_cache *c, struct folio_mapping *m,
 			acted = true;
 		/* Nothing to start: others' I/O or locks hold the room. */
 		if (!acted)
-			wait_progress(p, mark, WAIT_NS);
+			wait_for_others(p, mark);
 		if (!stalled(p, mark)) {
 			stalls = 0;
 		} else if (++stalls == STALL_ROUNDS) {
@@ -192,7 +213,7 @@ void pool_op_balance(struct mapping_cache *c, struct folio_mapping *m)
 			pool_op_kick(c);
 			wait_progress(p, mark, WAIT_NS);
 		} else if (!writeback_oldest(p, FLUSH_CHUNK)) {
-			wait_progress(p, mark, WAIT_NS);
+			wait_for_others(p, mark);
 		}
 		/* An engine that keeps failing must not hold writers for
 		 * good: the data stays dirty, nothing is lost. */
