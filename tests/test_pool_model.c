@@ -421,7 +421,7 @@ static void step(struct world *w)
 			open_mapping(w, x);
 		}
 	}
-	if (trace_on)
+	if (trace_on && getenv("FOLIO_TEST_TRACE")[0] == '2')
 		for (unsigned i = 0; i < NMAP; i++) {
 			struct folio_mem_stats es = test_mem_stats(w->mm[i].e);
 			TRACE(w, "  m%u (e%p): model size %llu, store %llu, durable "
