@@ -9,6 +9,19 @@
 #include "folio_state.h"
 #include "folio_state_mem.h"
 
+/* Built with ThreadSanitizer? Tests leave out the races the library
+ * allows by design (a write into a folio under writeback) there. */
+#if defined(__SANITIZE_THREAD__)
+#define TEST_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TEST_UNDER_TSAN 1
+#endif
+#endif
+#ifndef TEST_UNDER_TSAN
+#define TEST_UNDER_TSAN 0
+#endif
+
 /* xorshift64*: fast, good enough for test workloads, reproducible. */
 static inline uint64_t test_rand(uint64_t *state)
 {
