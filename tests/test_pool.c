@@ -131,7 +131,8 @@ static void test_bad_opts(void **state)
 		struct folio_pool_opts o;
 		int want;
 	} cases[] = {
-		{"sz too small", {.sz = sizeof(size_t), .budget = MiB}, -EINVAL},
+		{"sz too small", {.sz = sizeof(size_t), .budget = MiB},
+		 -EINVAL},
 		{"no budget", {.sz = sizeof(o)}, -EINVAL},
 		{"unknown flags", {.sz = sizeof(o), .budget = MiB, .flags = 1},
 		 -EINVAL},

@@ -427,9 +427,10 @@ static void step(struct world *w)
 	if (trace_on && getenv("FOLIO_TEST_TRACE")[0] == '2')
 		for (unsigned i = 0; i < NMAP; i++) {
 			struct folio_mem_stats es = test_mem_stats(w->mm[i].e);
-			TRACE(w, "  m%u (e%p): model size %llu, store %llu, durable "
-			      "%llu, %llu logged, %llu flushes, %llu truncates",
-			      i, (void *)w->mm[i].e, (unsigned long long)w->mm[i].msize,
+			TRACE(w, "  m%u: model size %llu, store %llu, "
+			      "durable %llu, %llu logged, %llu flushes, "
+			      "%llu truncates",
+			      i, (unsigned long long)w->mm[i].msize,
 			      (unsigned long long)es.size,
 			      (unsigned long long)es.durable_size,
 			      (unsigned long long)es.volatile_ops,

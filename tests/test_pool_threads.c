@@ -162,7 +162,8 @@ static void *reader_main(void *arg)
 		/* EOF moves with writes and truncates: whole records only. */
 		for (uint32_t k = 0; k < (uint32_t)r / REC; k++) {
 			uint32_t v;
-			if (check_record(buf + k * REC, mi, first + k, &v) < 0) {
+			if (check_record(buf + k * REC, mi, first + k,
+					 &v) < 0) {
 				failed(sh, "reader: mapping %u record %u torn "
 					   "or misplaced", mi, first + k);
 				break;
@@ -295,7 +296,8 @@ static void check_final(struct shared *sh)
 				if (memcmp(buf + k * REC, want, REC))
 					fail_msg("mapping %u record %u: %s has "
 						 "version %u, writer wrote %u",
-						 mi, k, pass ? "store" : "cache",
+						 mi, k,
+						 pass ? "store" : "cache",
 						 c > 0 ? v : 0, model);
 			}
 		}
@@ -342,9 +344,9 @@ static void run(unsigned flushers, enum folio_mem_mode mode)
 	assert_int_equal(folio_pool_new(&sh->p, &po), 0);
 	for (unsigned mi = 0; mi < NMAP; mi++) {
 		assert_int_equal(folio_engine_mem(&sh->e[mi], 16u << 20), 0);
-		assert_int_equal(folio_engine_mem_set_mode(
-					 sh->e[mi], mi % 2 ? mode : FOLIO_MEM_SYNC,
-					 sh->seed + mi),
+		enum folio_mem_mode mm = mi % 2 ? mode : FOLIO_MEM_SYNC;
+		assert_int_equal(folio_engine_mem_set_mode(sh->e[mi], mm,
+							   sh->seed + mi),
 				 0);
 		struct folio_mapping_opts mo = {
 			.sz = sizeof(mo), .block_size = mi % 2 ? 512 : 4096,

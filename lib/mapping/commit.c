@@ -57,7 +57,7 @@ void mapping_mark_unstable(struct folio_mapping *m, struct folio *f,
 	if (folio_mark_unstable(f, off, len, epoch, &newly) &
 	    FOLIO_BECAME_UNSTABLE)
 		mapping_tag_set(m, f, INDEX_TAG_UNSTABLE);
-	cache_account(m, 0, 0, (int64_t)((uint64_t)newly << f->block_shift));
+	mapping_cache_account(m, 0, 0, mapping_block_bytes(f, newly));
 }
 
 static bool has_unstable(const struct folio *f)
@@ -87,13 +87,13 @@ static void settle_unstable(struct folio_mapping *m, uint64_t epoch,
 			mapping_tag_clear_unless(m, f, INDEX_TAG_UNSTABLE,
 						 has_unstable);
 		}
-		cache_account(m, (int64_t)((uint64_t)dirty << f->block_shift), 0,
-			      -(int64_t)((uint64_t)unstable << f->block_shift));
+		mapping_cache_account(m, mapping_block_bytes(f, dirty), 0,
+			      -mapping_block_bytes(f, unstable));
 		folio_put(f);
 	}
 	/* Stable folios can be reclaimed now. */
 	if (!failed)
-		cache_progress(m);
+		mapping_cache_progress(m);
 }
 
 void mapping_resize_unstable(struct folio_mapping *m, uint64_t size)

@@ -342,7 +342,8 @@ static struct folio *hint_set(struct folio_mapping *m, struct folio *f,
 		/* Without the key a thread that exits leaks its last
 		 * folio's memory; everything still works. */
 		folio_hint.registered =
-			hint_key_ok && !pthread_setspecific(hint_key, &folio_hint);
+			hint_key_ok &&
+			!pthread_setspecific(hint_key, &folio_hint);
 	}
 	folio_hint.pinned = folio_hint_get(f);
 	folio_hint.folio = f;
@@ -361,21 +362,22 @@ void mapping_drop_hint(struct folio_mapping *m)
 
 static void cache_count(struct folio_mapping *m, bool hit)
 {
-	struct mapping_cache_stripe *s = &m->cache->stripe[brlock_thread_stripe()];
+	struct mapping_cache_stripe *s =
+		&m->cache->stripe[brlock_thread_stripe()];
 	atomic_fetch_add_explicit(hit ? &s->hits : &s->misses, 1,
 				  memory_order_relaxed);
 }
 
 /*
  * Create the folio holding pos, charged to m's cache first. Returns it
- * locked, or NULL with *err (CACHE_FULL: credit->need says how much).
+ * locked, or NULL with *err (MAPPING_CACHE_FULL: credit->need says how much).
  * *found is set when another thread created it meanwhile (returned
  * unlocked, with a hint reference like an index hit).
  */
 static struct folio *create_charged(struct folio_mapping *m, uint64_t pos,
 				    size_t len_hint,
-				    struct cache_credit *credit, int *err,
-				    bool *found)
+				    struct mapping_cache_credit *credit,
+				    int *err, bool *found)
 {
 	struct mapping_cache *c = m->cache;
 	uint64_t start, charged = 0;
@@ -387,7 +389,7 @@ static struct folio *create_charged(struct folio_mapping *m, uint64_t pos,
 		if (need > from_credit &&
 		    c->ops->charge(c, m, (size_t)(need - from_credit))) {
 			credit->need = (size_t)need;
-			*err = CACHE_FULL;
+			*err = MAPPING_CACHE_FULL;
 			return NULL;
 		}
 		credit->bytes -= from_credit;
@@ -419,9 +421,9 @@ static struct folio *create_charged(struct folio_mapping *m, uint64_t pos,
 	return f;
 }
 
-struct folio *mapping_lock_folio(struct folio_mapping *m, uint64_t pos,
-				 size_t len_hint, struct cache_credit *credit,
-				 int *err)
+struct folio *mapping_find_or_create_locked(
+	struct folio_mapping *m, uint64_t pos, size_t len_hint,
+	struct mapping_cache_credit *credit, int *err)
 {
 	for (;;) {
 		struct folio *f = folio_hint.folio;
@@ -462,7 +464,8 @@ struct folio *mapping_lock_folio(struct folio_mapping *m, uint64_t pos,
 	}
 }
 
-int cache_reserve(struct folio_mapping *m, struct cache_credit *credit)
+int mapping_cache_reserve(struct folio_mapping *m,
+			  struct mapping_cache_credit *credit)
 {
 	struct mapping_cache *c = m->cache;
 	int r = c->ops->reserve(c, m, credit->need);
@@ -472,7 +475,8 @@ int cache_reserve(struct folio_mapping *m, struct cache_credit *credit)
 	return r;
 }
 
-void cache_credit_return(struct folio_mapping *m, struct cache_credit *cr)
+void mapping_cache_credit_return(struct folio_mapping *m,
+				 struct mapping_cache_credit *cr)
 {
 	if (m->cache && cr->bytes)
 		m->cache->ops->uncharge(m->cache, (size_t)cr->bytes);
@@ -554,7 +558,8 @@ void mapping_tag_dirty(struct folio_mapping *m, struct folio *f)
 static void remove_locked(struct folio_mapping *m, struct folio *f)
 {
 	folio_mark_removed(f);
-	index_remove(&m->index, mapping_key(m, f->pos), mapping_folio_order(m, f));
+	index_remove(&m->index, mapping_key(m, f->pos),
+		     mapping_folio_order(m, f));
 }
 
 /* After f left the index: its state no longer counts, its charge goes
@@ -573,8 +578,8 @@ void mapping_remove_folio(struct folio_mapping *m, struct folio *f)
 	if (m->cache && (folio_test_dirty(f) || folio_test_unstable(f))) {
 		size_t dirty, unstable;
 		folio_drain(f, &dirty, &unstable);
-		cache_account(m, -(int64_t)(dirty << f->block_shift), 0,
-			      -(int64_t)(unstable << f->block_shift));
+		mapping_cache_account(m, -mapping_block_bytes(f, dirty), 0,
+			      -mapping_block_bytes(f, unstable));
 	}
 	pthread_rwlock_wrlock(&m->index_lock);
 	remove_locked(m, f);

@@ -26,9 +26,9 @@
  * pointer that io_lock shared used to keep valid is now kept valid by a
  * reference, and whoever locks a folio found in the index checks that it
  * is still there (FOLIO_REMOVED is set under both locks) before using it:
- * mapping_lock_folio() does both. A cache's locks come after every lock
- * above (they are leaves), and nobody waits for cache memory or dirty
- * throttling while holding io_lock or a folio lock.
+ * mapping_find_or_create_locked() does both. A cache's locks come after
+ * every lock above (they are leaves), and nobody waits for cache memory
+ * or dirty throttling while holding io_lock or a folio lock.
  */
 #ifndef FOLIO_MAPPING_H
 #define FOLIO_MAPPING_H
@@ -73,7 +73,8 @@ struct mapping_cache_ops {
 	void (*unquiesce)(struct mapping_cache *c, struct folio_mapping *m);
 	void (*detach)(struct mapping_cache *c, struct folio_mapping *m);
 	/* Charge `bytes` for a new folio of m without sleeping, reclaiming
-	 * what can be reclaimed at once (trylocks only). 0 or CACHE_FULL.
+	 * what can be reclaimed at once (trylocks only). 0 or
+	 * MAPPING_CACHE_FULL.
 	 * The caller may hold io_lock shared and folio locks of m. */
 	int (*charge)(struct mapping_cache *c, struct folio_mapping *m,
 		      size_t bytes);
@@ -97,7 +98,7 @@ struct mapping_cache_ops {
 };
 
 /* charge() could not find room without waiting. */
-#define CACHE_FULL (-EAGAIN)
+#define MAPPING_CACHE_FULL (-EAGAIN)
 
 struct mapping_cache {
 	const struct mapping_cache_ops *ops;
@@ -232,9 +233,9 @@ void mapping_grow_eof(struct folio_mapping *m, uint64_t end);
 struct folio *mapping_lookup(struct folio_mapping *m, uint64_t pos);
 
 /* Bytes a call has charged to m's cache ahead of the folios it is about
- * to create (cache_reserve()), and the size of the folio it could not
+ * to create (mapping_cache_reserve()), and the size of the folio it could not
  * charge last. */
-struct cache_credit {
+struct mapping_cache_credit {
 	uint64_t bytes;
 	size_t need;
 };
@@ -256,24 +257,32 @@ struct cache_credit {
  *
  * A new folio of a mapping in a cache is charged first, from `credit`
  * when it holds enough, else by charge(). NULL with *err: -ENOMEM, or
- * CACHE_FULL with credit->need set: drop every lock, cache_reserve() and
- * call again.
+ * MAPPING_CACHE_FULL with credit->need set: drop every lock,
+ * mapping_cache_reserve() and call again.
  */
-struct folio *mapping_lock_folio(struct folio_mapping *m, uint64_t pos,
-				 size_t len_hint, struct cache_credit *credit,
-				 int *err);
+struct folio *mapping_find_or_create_locked(
+	struct folio_mapping *m, uint64_t pos, size_t len_hint,
+	struct mapping_cache_credit *credit, int *err);
 
 /* Sleep (holding no lock) until credit->need bytes are charged to m's
  * cache and add them to the credit. 0 or -ENOMEM. */
-int cache_reserve(struct folio_mapping *m, struct cache_credit *credit);
+int mapping_cache_reserve(struct folio_mapping *m,
+			  struct mapping_cache_credit *credit);
 /* Give back what is left of a call's credit. */
-void cache_credit_return(struct folio_mapping *m, struct cache_credit *c);
+void mapping_cache_credit_return(struct folio_mapping *m,
+				 struct mapping_cache_credit *c);
 
 /* Drop the calling thread's lookup hint when it names m. */
 void mapping_drop_hint(struct folio_mapping *m);
 
+/* n blocks of f, in bytes, as a signed change of a count. */
+static inline int64_t mapping_block_bytes(const struct folio *f, size_t n)
+{
+	return (int64_t)((uint64_t)n << f->block_shift);
+}
+
 /* Count dirty, writeback and unstable byte changes in m's cache. */
-static inline void cache_account(struct folio_mapping *m, int64_t dirty,
+static inline void mapping_cache_account(struct folio_mapping *m, int64_t dirty,
 				 int64_t writeback, int64_t unstable)
 {
 	struct mapping_cache *c = m->cache;
@@ -292,7 +301,7 @@ static inline void cache_account(struct folio_mapping *m, int64_t dirty,
 }
 
 /* Dirty plus writeback bytes of a cache: what its thresholds bound. */
-static inline int64_t cache_dirty_total(struct mapping_cache *c)
+static inline int64_t mapping_cache_dirty_total(struct mapping_cache *c)
 {
 	int64_t sum = 0;
 	for (unsigned i = 0; i < BRLOCK_STRIPES; i++)
@@ -304,7 +313,7 @@ static inline int64_t cache_dirty_total(struct mapping_cache *c)
 }
 
 /* Memory or dirty data of m's cache went down. */
-static inline void cache_progress(struct folio_mapping *m)
+static inline void mapping_cache_progress(struct folio_mapping *m)
 {
 	struct mapping_cache *c = m->cache;
 	if (c && atomic_load(&c->waiters))

@@ -253,7 +253,7 @@ static void commit_write(struct folio_mapping *m, struct folio *f, size_t off,
 	stat_add(&m->io_bytes[brlock_thread_stripe()].written, len);
 	if (m->cache && newly) {
 		uint64_t bytes = (uint64_t)newly << f->block_shift;
-		cache_account(m, (int64_t)bytes, 0, 0);
+		mapping_cache_account(m, (int64_t)bytes, 0, 0);
 		dirtied_since_check += bytes;
 	}
 }
@@ -270,7 +270,7 @@ static bool over_dirty_limit(struct folio_mapping *m)
 	if (!c || dirtied_since_check < c->ratelimit)
 		return false;
 	dirtied_since_check = 0;
-	int64_t total = cache_dirty_total(c);
+	int64_t total = mapping_cache_dirty_total(c);
 	if (total >= (int64_t)c->dirty_limit)
 		return true;
 	if (total >= (int64_t)c->dirty_background)
@@ -296,14 +296,14 @@ ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
 
 	const unsigned char *src = buf;
 	size_t done = 0;
-	struct cache_credit credit = {0, 0};
+	struct mapping_cache_credit credit = {0, 0};
 	brlock_read_lock(&m->io_lock);
 	while (done < len) {
 		uint64_t p = pos + done;
-		struct folio *f =
-			mapping_lock_folio(m, p, len - done, &credit, &err);
+		struct folio *f = mapping_find_or_create_locked(
+			m, p, len - done, &credit, &err);
 		if (!f) {
-			if (err != CACHE_FULL)
+			if (err != MAPPING_CACHE_FULL)
 				break;
 			/*
 			 * The pool is full and nothing could be reclaimed at
@@ -315,7 +315,7 @@ ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
 			 * may come between its pieces.
 			 */
 			brlock_read_unlock(&m->io_lock);
-			err = cache_reserve(m, &credit);
+			err = mapping_cache_reserve(m, &credit);
 			brlock_read_lock(&m->io_lock);
 			if (err)
 				break;
@@ -342,7 +342,7 @@ ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
 		}
 	}
 	brlock_read_unlock(&m->io_lock);
-	cache_credit_return(m, &credit);
+	mapping_cache_credit_return(m, &credit);
 	if (over_dirty_limit(m))
 		throttle(m);
 	return done ? (ssize_t)done : err;
@@ -360,20 +360,21 @@ ssize_t folio_mapping_write_begin(struct folio_mapping *m, uint64_t pos,
 	 * locked; write_end() runs with the folio locked. */
 	if (over_dirty_limit(m))
 		throttle(m);
-	struct cache_credit credit = {0, 0};
+	struct mapping_cache_credit credit = {0, 0};
 	struct folio *f;
 	brlock_read_lock(&m->io_lock);
-	while (!(f = mapping_lock_folio(m, pos, len, &credit, &err)) &&
-	       err == CACHE_FULL) {
+	while (!(f = mapping_find_or_create_locked(m, pos, len, &credit,
+						   &err)) &&
+	       err == MAPPING_CACHE_FULL) {
 		brlock_read_unlock(&m->io_lock);
-		err = cache_reserve(m, &credit);
+		err = mapping_cache_reserve(m, &credit);
 		brlock_read_lock(&m->io_lock);
 		if (err)
 			break;
 	}
 	if (!f) {
 		brlock_read_unlock(&m->io_lock);
-		cache_credit_return(m, &credit);
+		mapping_cache_credit_return(m, &credit);
 		return err;
 	}
 	folio_get(f);
@@ -381,7 +382,7 @@ ssize_t folio_mapping_write_begin(struct folio_mapping *m, uint64_t pos,
 	/* Every remover takes the folio lock, so holding only it from here
 	 * to write_end is enough to keep the folio in the mapping. */
 	brlock_read_unlock(&m->io_lock);
-	cache_credit_return(m, &credit);
+	mapping_cache_credit_return(m, &credit);
 	size_t off = (size_t)(pos - f->pos);
 	size_t n = MIN(len, folio_size(f) - off);
 	if (n > SSIZE_MAX)
@@ -463,7 +464,7 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 
 	unsigned char *dst = buf;
 	size_t done = 0, want = len;
-	struct cache_credit credit = {0, 0};
+	struct mapping_cache_credit credit = {0, 0};
 	brlock_read_lock(&m->io_lock);
 	uint64_t eof = mapping_eof(m);
 	if (pos >= eof)
@@ -482,7 +483,7 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 		 * missing blocks; contiguous runs merge across folios. */
 		for (size_t at = done; at < len && n < READ_BATCH;) {
 			uint64_t p = pos + at;
-			struct folio *f = mapping_lock_folio(
+			struct folio *f = mapping_find_or_create_locked(
 				m, p, len - at, &credit, &err);
 			if (!f)
 				break;
@@ -498,7 +499,7 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 		/* A full pool ends the batch: the folios it holds locked
 		 * are read and released first, and only a batch that could
 		 * not start waits for room (holding no lock, see write). */
-		bool need_room = err == CACHE_FULL;
+		bool need_room = err == MAPPING_CACHE_FULL;
 		if (need_room && n)
 			err = 0;
 		rqb_finish(&b);
@@ -524,7 +525,7 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 		}
 		if (need_room && !n) {
 			brlock_read_unlock(&m->io_lock);
-			err = cache_reserve(m, &credit);
+			err = mapping_cache_reserve(m, &credit);
 			brlock_read_lock(&m->io_lock);
 			/* A truncate may have come in between: never read
 			 * past the EOF of now. */
@@ -534,7 +535,7 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 		}
 	}
 	brlock_read_unlock(&m->io_lock);
-	cache_credit_return(m, &credit);
+	mapping_cache_credit_return(m, &credit);
 	stat_add(&m->io_bytes[brlock_thread_stripe()].read, done);
 	return done ? (ssize_t)done : err;
 }

@@ -15,8 +15,8 @@ static void forget_blocks(struct folio_mapping *m, struct folio *f,
 {
 	size_t dirty = folio_clear_dirty_counted(f, off, len);
 	size_t unstable = folio_forget_unstable(f, off, len);
-	cache_account(m, -(int64_t)((uint64_t)dirty << f->block_shift), 0,
-		      -(int64_t)((uint64_t)unstable << f->block_shift));
+	mapping_cache_account(m, -mapping_block_bytes(f, dirty), 0,
+		      -mapping_block_bytes(f, unstable));
 }
 
 /* Zero the bytes of f from `size` on and forget the state of the blocks

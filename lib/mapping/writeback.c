@@ -40,7 +40,7 @@ static void redirty(struct folio_mapping *m, struct folio *f, size_t off,
 	int r = folio_dirty_counted(f, off, len, false, &newly);
 	if (r > 0 && (r & FOLIO_BECAME_DIRTY))
 		mapping_tag_dirty(m, f);
-	cache_account(m, (int64_t)((uint64_t)newly << f->block_shift), 0, 0);
+	mapping_cache_account(m, mapping_block_bytes(f, newly), 0, 0);
 }
 
 static void backing_size_grow(struct folio_mapping *m, uint64_t end)
@@ -83,14 +83,14 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 		stat_add(&m->stats.retries, 1);
 		atomic_fetch_add(&m->short_writes, 1);
 	}
-	cache_account(m, 0, -(int64_t)len, 0);
+	mapping_cache_account(m, 0, -(int64_t)len, 0);
 	for (unsigned i = 0; i < io->nsegs; i++)
 		wb_folio_done(m, io->segs[i].folio, (long long)io->segs[i].len);
 	/* Bytes that reached the store are what waiters for room or for
 	 * dirty data to drop need. Before the group drops: the pass waiting
 	 * for this request may return, and its mapping go, at once. */
 	if (good)
-		cache_progress(m);
+		mapping_cache_progress(m);
 	/* The pass waiting for this request may return (and its group go
 	 * away) as soon as the group drops: touch nothing after that. */
 	struct io_group *group = io->group;
@@ -232,7 +232,7 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
 
 	/* Counted before the bias drops: completions subtract what they
 	 * finish, and the runs put back were counted by redirty(). */
-	cache_account(m, -(int64_t)taken, (int64_t)queued, 0);
+	mapping_cache_account(m, -(int64_t)taken, (int64_t)queued, 0);
 	wb_folio_done(m, f, bias - (long long)queued);
 	return queued;
 }

@@ -87,18 +87,20 @@ static void wait_for_others(struct folio_pool *p, uint64_t mark)
 		return;
 	}
 	size_t n;
-	struct pool_member **v = members_get(p, &n);
+	struct pool_member **v = pool_members_get(p, &n);
 	for (size_t i = 0; i < n; i++)
 		if (mapping_any_tagged(v[i]->m, INDEX_TAG_WRITEBACK))
 			mapping_wait_range_writeback(v[i]->m, 0, FOLIO_MAX_POS);
-	members_put(p, v, n);
+	pool_members_put(p, v, n);
 }
 
 static int by_dirty_age(const void *a, const void *b)
 {
 	/* A member whose age is unknown (0) goes last. */
-	uint64_t x = atomic_load(&(*(struct pool_member *const *)a)->m->dirty_since);
-	uint64_t y = atomic_load(&(*(struct pool_member *const *)b)->m->dirty_since);
+	const struct pool_member *ma = *(struct pool_member *const *)a;
+	const struct pool_member *mb = *(struct pool_member *const *)b;
+	uint64_t x = atomic_load(&ma->m->dirty_since);
+	uint64_t y = atomic_load(&mb->m->dirty_since);
 	x = x ? x : UINT64_MAX;
 	y = y ? y : UINT64_MAX;
 	return x < y ? -1 : x > y;
@@ -110,7 +112,7 @@ static int by_dirty_age(const void *a, const void *b)
 static uint64_t writeback_oldest(struct folio_pool *p, uint64_t bytes)
 {
 	size_t n;
-	struct pool_member **v = members_get(p, &n);
+	struct pool_member **v = pool_members_get(p, &n);
 	if (n > 1)
 		qsort(v, n, sizeof(*v), by_dirty_age);
 	uint64_t done = 0;
@@ -123,14 +125,14 @@ static uint64_t writeback_oldest(struct folio_pool *p, uint64_t bytes)
 		if (r > 0)
 			done += (uint64_t)r;
 	}
-	members_put(p, v, n);
+	pool_members_put(p, v, n);
 	return done;
 }
 
 unsigned pool_flush_unstable(struct folio_pool *p)
 {
 	size_t n;
-	struct pool_member **v = members_get(p, &n);
+	struct pool_member **v = pool_members_get(p, &n);
 	unsigned flushed = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (!mapping_any_tagged(v[i]->m, INDEX_TAG_UNSTABLE))
@@ -141,7 +143,7 @@ unsigned pool_flush_unstable(struct folio_pool *p)
 		atomic_fetch_add(&p->stats.flushes, 1);
 		flushed++;
 	}
-	members_put(p, v, n);
+	pool_members_put(p, v, n);
 	return flushed;
 }
 
@@ -191,7 +193,7 @@ void pool_op_balance(struct mapping_cache *c, struct folio_mapping *m)
 	(void)m;
 	struct folio_pool *p = pool_of(c);
 	int64_t limit = (int64_t)c->dirty_limit;
-	int64_t total = cache_dirty_total(c);
+	int64_t total = mapping_cache_dirty_total(c);
 	if (total < limit) {
 		if (total >= (int64_t)c->dirty_background)
 			pool_op_kick(c);
@@ -207,7 +209,7 @@ void pool_op_balance(struct mapping_cache *c, struct folio_mapping *m)
 				 ? limit
 				 : ((int64_t)c->dirty_background + limit) / 2;
 	unsigned stalls = 0;
-	while (cache_dirty_total(c) >= target) {
+	while (mapping_cache_dirty_total(c) >= target) {
 		uint64_t mark = atomic_load(&p->events);
 		if (p->nflushers) {
 			pool_op_kick(c);
@@ -238,7 +240,7 @@ void pool_op_balance(struct mapping_cache *c, struct folio_mapping *m)
  */
 static struct pool_member *flusher_pick(struct folio_pool *p, uint64_t now)
 {
-	bool background = cache_dirty_total(&p->cache) >=
+	bool background = mapping_cache_dirty_total(&p->cache) >=
 			  (int64_t)p->cache.dirty_background;
 	struct pool_member *best = NULL;
 	uint64_t best_since = 0;
@@ -299,7 +301,8 @@ static void *flusher_main(void *arg)
 			atomic_store(&p->kicked, false);
 			struct timespec t;
 			clock_gettime(CLOCK_MONOTONIC, &t);
-			uint64_t at = (uint64_t)t.tv_nsec + p->flusher_period_ns;
+			uint64_t at =
+				(uint64_t)t.tv_nsec + p->flusher_period_ns;
 			t.tv_sec += (time_t)(at / 1000000000u);
 			t.tv_nsec = (long)(at % 1000000000u);
 			if (!p->stop && !atomic_load(&p->kicked))
@@ -308,7 +311,7 @@ static void *flusher_main(void *arg)
 			continue;
 		}
 		mb->flushing = true;
-		member_get(p, mb);
+		pool_member_get(p, mb);
 		uint64_t cursor = mb->cursor;
 		if (!cursor)
 			mb->pass_start = now;
@@ -317,7 +320,8 @@ static void *flusher_main(void *arg)
 
 		/* One request at a time: the mapping's writers wait at most
 		 * for the folio being taken, truncate for one request. */
-		int64_t n = mapping_writeback_chunk(mb->m, &cursor, FLUSH_CHUNK);
+		int64_t n =
+			mapping_writeback_chunk(mb->m, &cursor, FLUSH_CHUNK);
 		/* Written data stays in memory until flushed: flush when it
 		 * holds as much as dirty data may before the flushers start,
 		 * or when someone waits for room. */
@@ -338,7 +342,7 @@ static void *flusher_main(void *arg)
 		pthread_mutex_lock(&p->lock);
 		mb->cursor = cursor;
 		mb->flushing = false;
-		member_put(p, mb);
+		pool_member_put(p, mb);
 	}
 	pthread_mutex_unlock(&p->lock);
 	return NULL;

@@ -156,19 +156,19 @@ int folio_pool_free(struct folio_pool *p)
 
 /* ---- members ----------------------------------------------------------- */
 
-void member_get(struct folio_pool *p, struct pool_member *mb)
+void pool_member_get(struct folio_pool *p, struct pool_member *mb)
 {
 	(void)p;
 	mb->users++;
 }
 
-void member_put(struct folio_pool *p, struct pool_member *mb)
+void pool_member_put(struct folio_pool *p, struct pool_member *mb)
 {
 	if (!--mb->users && mb->quiesced)
 		pthread_cond_broadcast(&p->member_cond);
 }
 
-struct pool_member **members_get(struct folio_pool *p, size_t *n)
+struct pool_member **pool_members_get(struct folio_pool *p, size_t *n)
 {
 	pthread_mutex_lock(&p->lock);
 	struct pool_member **v =
@@ -179,7 +179,7 @@ struct pool_member **members_get(struct folio_pool *p, size_t *n)
 		     mb != &p->members; mb = mb->next) {
 			if (mb->quiesced)
 				continue;
-			member_get(p, mb);
+			pool_member_get(p, mb);
 			v[(*n)++] = mb;
 		}
 	}
@@ -187,13 +187,13 @@ struct pool_member **members_get(struct folio_pool *p, size_t *n)
 	return v;
 }
 
-void members_put(struct folio_pool *p, struct pool_member **v, size_t n)
+void pool_members_put(struct folio_pool *p, struct pool_member **v, size_t n)
 {
 	if (!v)
 		return;
 	pthread_mutex_lock(&p->lock);
 	for (size_t i = 0; i < n; i++)
-		member_put(p, v[i]);
+		pool_member_put(p, v[i]);
 	pthread_mutex_unlock(&p->lock);
 	free(v);
 }
@@ -336,10 +336,10 @@ int folio_pool_stats(struct folio_pool *p, struct folio_pool_stats *st)
 	/* Index nodes are read under each mapping's index lock, which may
 	 * not be taken under the pool's. */
 	size_t n;
-	struct pool_member **v = members_get(p, &n);
+	struct pool_member **v = pool_members_get(p, &n);
 	for (size_t i = 0; i < n; i++)
 		s.metadata_bytes += mapping_index_bytes(v[i]->m);
-	members_put(p, v, n);
+	pool_members_put(p, v, n);
 	memcpy(st, &s, MIN(st->sz, sizeof(s)));
 	st->sz = s.sz;
 	return 0;

@@ -53,13 +53,13 @@ struct pool_queue {
  * queues hold folios came after it, which is the ghost FIFO's length in
  * the paper, without a list.
  */
-struct ghost_slot {
+struct pool_ghost_slot {
 	uint64_t hash; /* 0: empty */
 	uint64_t seq;
 };
 
-struct ghost {
-	struct ghost_slot *slots;
+struct pool_ghost {
+	struct pool_ghost_slot *slots;
 	size_t mask; /* slots - 1; buckets of GHOST_WAYS */
 	uint64_t seq;
 };
@@ -107,7 +107,7 @@ struct folio_pool {
 	struct pool_node *nodes;
 	uint32_t nodes_cap, nodes_used, free_node;
 	struct pool_queue small, main;
-	struct ghost ghost;
+	struct pool_ghost ghost;
 	struct pool_member members; /* list head */
 	unsigned nmembers;
 	uint64_t flush_round;
@@ -142,14 +142,14 @@ int64_t pool_sum_writeback(struct folio_pool *p);
 int64_t pool_sum_unstable(struct folio_pool *p);
 
 /* Caller holds lock: one user more or less on a member. */
-void member_get(struct folio_pool *p, struct pool_member *mb);
-void member_put(struct folio_pool *p, struct pool_member *mb);
+void pool_member_get(struct folio_pool *p, struct pool_member *mb);
+void pool_member_put(struct folio_pool *p, struct pool_member *mb);
 
 /* The members as they are now, each with a user taken (lock not held);
- * release them with members_put(). NULL with *n 0 when there are none or
+ * release them with pool_members_put(). NULL with *n 0 when there are none or
  * memory is short. */
-struct pool_member **members_get(struct folio_pool *p, size_t *n);
-void members_put(struct folio_pool *p, struct pool_member **v, size_t n);
+struct pool_member **pool_members_get(struct folio_pool *p, size_t *n);
+void pool_members_put(struct folio_pool *p, struct pool_member **v, size_t n);
 
 /* ---- reclaim.c -------------------------------------------------------- */
 
@@ -166,7 +166,7 @@ uint64_t pool_reclaim(struct folio_pool *p, uint64_t want, unsigned scan);
  * may wait anyway. */
 unsigned pool_full_scan(struct folio_pool *p);
 /* Charge `bytes` if the budget has room, reclaiming up to `scan` folios
- * for it; 0 or CACHE_FULL. */
+ * for it; 0 or MAPPING_CACHE_FULL. */
 int pool_charge_scan(struct folio_pool *p, uint64_t bytes, unsigned scan);
 
 extern const struct mapping_cache_ops pool_cache_ops;

@@ -109,7 +109,7 @@ static uint64_t ghost_capacity(const struct folio_pool *p)
 	return MAX(p->small.count + p->main.count, (uint64_t)64);
 }
 
-static struct ghost_slot *ghost_bucket(struct folio_pool *p, uint64_t h)
+static struct pool_ghost_slot *ghost_bucket(struct folio_pool *p, uint64_t h)
 {
 	return &p->ghost.slots[h & p->ghost.mask & ~(size_t)(GHOST_WAYS - 1)];
 }
@@ -118,7 +118,7 @@ static struct ghost_slot *ghost_bucket(struct folio_pool *p, uint64_t h)
  * its folio to the main queue once. */
 static bool ghost_take(struct folio_pool *p, uint64_t h)
 {
-	struct ghost_slot *b = ghost_bucket(p, h);
+	struct pool_ghost_slot *b = ghost_bucket(p, h);
 	for (unsigned i = 0; i < GHOST_WAYS; i++) {
 		if (b[i].hash != h)
 			continue;
@@ -130,7 +130,7 @@ static bool ghost_take(struct folio_pool *p, uint64_t h)
 
 static void ghost_put(struct folio_pool *p, uint64_t h)
 {
-	struct ghost_slot *b = ghost_bucket(p, h), *victim = &b[0];
+	struct pool_ghost_slot *b = ghost_bucket(p, h), *victim = &b[0];
 	uint64_t seq = ++p->ghost.seq;
 	for (unsigned i = 0; i < GHOST_WAYS; i++) {
 		if (b[i].hash == h || !b[i].hash) {
@@ -187,7 +187,7 @@ void pool_queues_destroy(struct folio_pool *p)
 size_t pool_queue_meta_bytes(struct folio_pool *p)
 {
 	return p->nodes_cap * sizeof(struct pool_node) +
-	       (p->ghost.mask + 1) * sizeof(struct ghost_slot);
+	       (p->ghost.mask + 1) * sizeof(struct pool_ghost_slot);
 }
 
 /* ---- the mapping layer's hooks ------------------------------------- */
@@ -310,7 +310,7 @@ static uint32_t pick(struct folio_pool *p, unsigned *left, bool *from_small)
 		node_unlink(p, q, idx, bytes);
 		p->nodes[idx].prev = p->nodes[idx].next = NODE_CLAIMED;
 		folio_get(f);
-		member_get(p, mb);
+		pool_member_get(p, mb);
 		*from_small = small;
 		return idx;
 	}
@@ -349,7 +349,7 @@ uint64_t pool_reclaim(struct folio_pool *p, uint64_t want, unsigned scan)
 		}
 		if (got && from_small)
 			ghost_put(p, key);
-		member_put(p, mb);
+		pool_member_put(p, mb);
 		pthread_mutex_unlock(&p->lock);
 		if (got) {
 			atomic_fetch_add(&p->stats.reclaimed_bytes, got);
@@ -389,7 +389,7 @@ int pool_charge_scan(struct folio_pool *p, uint64_t bytes, unsigned scan)
 		if (!pool_reclaim(p, want, scan))
 			break;
 	}
-	return take_room(p, bytes) ? 0 : CACHE_FULL;
+	return take_room(p, bytes) ? 0 : MAPPING_CACHE_FULL;
 }
 
 /* Folios a charge from a writer looks at before it gives up and lets the
