@@ -1,0 +1,533 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pool: several mappings share one pool while a Zipf(0.99) trace of reads
+ * and writes runs over a working set several times the budget. The same
+ * trace drives an LRU and a FIFO cache of the same capacity (in items),
+ * simulated beside it, so the pool's S3-FIFO hit ratio is compared on
+ * identical accesses. Then the pool is emptied and a hot set of half the
+ * budget is used a few times, a one-pass scan of ten times the budget
+ * goes through another mapping, and the hot set is read again: how much
+ * of it still hits is the scan resistance.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+
+static uint64_t budget = 32 * MIB;
+static uint64_t nmappings = 4;
+static uint64_t nops = 400000;
+static uint64_t write_pct = 20;
+static uint64_t flushers = 1;
+static uint64_t theta_milli = 990;
+
+static struct bench_xopt xopts[] = {
+	{.name = "budget", .type = BENCH_X_SIZE, .var = &budget,
+	 .metavar = "BYTES", .help = "the pool's budget"},
+	{.name = "mappings", .type = BENCH_X_UINT, .var = &nmappings,
+	 .metavar = "N", .help = "mappings in the pool, each over its own file"},
+	{.name = "ops", .type = BENCH_X_UINT, .var = &nops, .metavar = "N",
+	 .help = "reads and writes in the trace"},
+	{.name = "write-pct", .type = BENCH_X_UINT, .var = &write_pct,
+	 .metavar = "P", .help = "percentage of the trace that writes"},
+	{.name = "flushers", .type = BENCH_X_UINT, .var = &flushers,
+	 .metavar = "N", .help = "the pool's flusher threads"},
+	{.name = "theta", .type = BENCH_X_UINT, .var = &theta_milli,
+	 .metavar = "MILLI", .help = "Zipf exponent in thousandths"},
+	{0},
+};
+
+/* ---- the trace ---------------------------------------------------------- */
+
+struct zipf {
+	double *cdf;
+	uint64_t n;
+};
+
+static int zipf_init(struct zipf *z, uint64_t n, double theta)
+{
+	z->n = n;
+	z->cdf = malloc(n * sizeof(*z->cdf));
+	if (!z->cdf)
+		return -ENOMEM;
+	double sum = 0;
+	for (uint64_t i = 0; i < n; i++) {
+		sum += 1.0 / pow((double)(i + 1), theta);
+		z->cdf[i] = sum;
+	}
+	for (uint64_t i = 0; i < n; i++)
+		z->cdf[i] /= sum;
+	return 0;
+}
+
+/* A rank, 0 the most popular. */
+static uint64_t zipf_next(const struct zipf *z, uint64_t *rng)
+{
+	double u = (double)(bench_rand(rng) >> 11) / (double)(UINT64_C(1) << 53);
+	uint64_t lo = 0, hi = z->n - 1;
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		if (z->cdf[mid] < u)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* ---- the simulated caches (keys 0..n-1, capacity in keys) -------------- */
+
+#define NONE UINT32_MAX
+
+struct sim {
+	uint32_t *prev, *next; /* LRU list, most recent at head */
+	uint32_t *ring;        /* FIFO order */
+	unsigned char *in;
+	uint64_t cap, count, head, tail, ring_at;
+	bool lru;
+	uint64_t hits, misses;
+};
+
+static int sim_init(struct sim *s, uint64_t n, uint64_t cap, bool lru)
+{
+	memset(s, 0, sizeof(*s));
+	s->cap = cap;
+	s->lru = lru;
+	s->head = s->tail = NONE;
+	s->in = calloc(n, 1);
+	if (lru) {
+		s->prev = malloc(n * sizeof(uint32_t));
+		s->next = malloc(n * sizeof(uint32_t));
+	} else {
+		s->ring = malloc(cap * sizeof(uint32_t));
+	}
+	return s->in && (lru ? s->prev && s->next : s->ring != NULL)
+		       ? 0
+		       : -ENOMEM;
+}
+
+static void sim_free(struct sim *s)
+{
+	free(s->in);
+	free(s->prev);
+	free(s->next);
+	free(s->ring);
+}
+
+static void lru_unlink(struct sim *s, uint32_t k)
+{
+	if (s->prev[k] != NONE)
+		s->next[s->prev[k]] = s->next[k];
+	else
+		s->head = s->next[k];
+	if (s->next[k] != NONE)
+		s->prev[s->next[k]] = s->prev[k];
+	else
+		s->tail = s->prev[k];
+}
+
+static void lru_push(struct sim *s, uint32_t k)
+{
+	s->prev[k] = NONE;
+	s->next[k] = (uint32_t)s->head;
+	if (s->head != NONE)
+		s->prev[s->head] = k;
+	s->head = k;
+	if (s->tail == NONE)
+		s->tail = k;
+}
+
+static void sim_access(struct sim *s, uint32_t k)
+{
+	if (s->in[k]) {
+		s->hits++;
+		if (s->lru) {
+			lru_unlink(s, k);
+			lru_push(s, k);
+		}
+		return;
+	}
+	s->misses++;
+	if (s->count == s->cap) {
+		uint32_t victim;
+		if (s->lru) {
+			victim = (uint32_t)s->tail;
+			lru_unlink(s, victim);
+		} else {
+			victim = s->ring[s->ring_at];
+		}
+		s->in[victim] = 0;
+		s->count--;
+	}
+	if (s->lru) {
+		lru_push(s, k);
+	} else {
+		s->ring[s->ring_at] = k;
+		s->ring_at = (s->ring_at + 1) % s->cap;
+	}
+	s->in[k] = 1;
+	s->count++;
+}
+
+static double ratio(uint64_t hits, uint64_t misses)
+{
+	return hits + misses ? (double)hits / (double)(hits + misses) : 0;
+}
+
+/* ---- the pool side ---------------------------------------------------- */
+
+static double rss_mib(void)
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	unsigned long size = 0, rss = 0;
+	if (f) {
+		if (fscanf(f, "%lu %lu", &size, &rss) != 2)
+			rss = 0;
+		fclose(f);
+	}
+	return (double)rss * (double)sysconf(_SC_PAGESIZE) / (double)MIB;
+}
+
+struct world {
+	struct folio_pool *p;
+	struct bench_engine be[16];
+	int fd[16];
+	struct folio_mapping *m[16];
+	unsigned n;
+};
+
+static int world_open(struct bench_ctx *c, struct world *w, uint64_t share)
+{
+	const struct bench_opts *o = &c->o;
+	memset(w, 0, sizeof(*w));
+	for (unsigned i = 0; i < 16; i++)
+		w->fd[i] = -1;
+	struct folio_pool_opts po = {.sz = sizeof(po), .budget = budget,
+				     .flusher_threads = (unsigned)flushers};
+	int err = folio_pool_new(&w->p, &po);
+	if (err) {
+		fprintf(stderr, "folio-bench pool: folio_pool_new: %s\n",
+			strerror(-err));
+		return err;
+	}
+	for (unsigned i = 0; i < nmappings && !err; i++) {
+		if (o->engine != BENCH_ENGINE_MEM) {
+			w->fd[i] = bench_tmpfile(o->dir);
+			if (w->fd[i] < 0)
+				return -EIO;
+			err = bench_prefill(w->fd[i], share);
+			if (err)
+				return err;
+		}
+		/* Room for the scan phase's growth (mem engine). */
+		err = bench_engine_open(c, &w->be[i], o->engine, w->fd[i],
+					share + 10 * budget);
+		if (err)
+			return err;
+		struct folio_mapping_opts mo = {
+			.sz = sizeof(mo), .block_size = o->block_size,
+			.max_folio_size = o->folio_size,
+			.size = share, .engine = w->be[i].engine, .pool = w->p};
+		err = folio_mapping_new(&w->m[i], &mo);
+		if (err) {
+			fprintf(stderr, "folio-bench pool: folio_mapping_new: "
+					"%s\n", strerror(-err));
+			bench_engine_close(&w->be[i]);
+			return err;
+		}
+		w->n++;
+	}
+	return err;
+}
+
+static int world_close(struct world *w)
+{
+	int err = 0;
+	for (unsigned i = 0; i < w->n; i++) {
+		int r = folio_mapping_sync(w->m[i], NULL);
+		if (!r)
+			r = folio_mapping_free(w->m[i]);
+		if (r && !err)
+			err = r;
+		bench_engine_close(&w->be[i]);
+	}
+	for (unsigned i = 0; i < 16; i++)
+		if (w->fd[i] >= 0)
+			close(w->fd[i]);
+	if (w->p) {
+		int r = folio_pool_free(w->p);
+		if (r && !err)
+			err = r;
+	}
+	return err;
+}
+
+static struct folio_pool_stats stats(struct folio_pool *p)
+{
+	struct folio_pool_stats st = {.sz = sizeof(st)};
+	folio_pool_stats(p, &st);
+	return st;
+}
+
+struct trace_result {
+	double pool_hit, lru_hit, fifo_hit, ops_per_s;
+	double rss_max, rss_end, cached_max_mib;
+	struct folio_pool_stats st;
+};
+
+static int run_trace(struct bench_ctx *c, struct world *w, uint64_t keys,
+		     struct trace_result *res)
+{
+	const struct bench_opts *o = &c->o;
+	uint64_t item = o->bs, cap = budget / item;
+	struct zipf z;
+	struct sim lru, fifo;
+	uint32_t *perm = malloc(keys * sizeof(*perm));
+	char *buf = malloc(item);
+	int err = perm && buf ? zipf_init(&z, keys, (double)theta_milli / 1e3)
+			      : -ENOMEM;
+	if (!err)
+		err = sim_init(&lru, keys, cap, true);
+	if (!err)
+		err = sim_init(&fifo, keys, cap, false);
+	if (err) {
+		free(perm);
+		free(buf);
+		return err;
+	}
+	/* Popularity spread over the mappings and positions at random. */
+	uint64_t rng = 0x5eed;
+	for (uint64_t i = 0; i < keys; i++)
+		perm[i] = (uint32_t)i;
+	for (uint64_t i = keys - 1; i > 0; i--) {
+		uint64_t j = bench_rand(&rng) % (i + 1);
+		uint32_t t = perm[i];
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+	memset(buf, 0x5a, item);
+	struct folio_pool_stats before = stats(w->p);
+	res->rss_max = 0;
+	uint64_t cached_max = 0, t0 = bench_now_ns();
+	for (uint64_t i = 0; i < nops && !err; i++) {
+		uint32_t key = perm[zipf_next(&z, &rng)];
+		struct folio_mapping *m = w->m[key % w->n];
+		uint64_t pos = (uint64_t)(key / w->n) * item;
+		ssize_t r = bench_rand(&rng) % 100 < write_pct
+				    ? folio_mapping_write(m, buf, item, pos)
+				    : folio_mapping_read(m, buf, item, pos);
+		if (r != (ssize_t)item)
+			err = r < 0 ? (int)r : -EIO;
+		sim_access(&lru, key);
+		sim_access(&fifo, key);
+		if (!(i & 4095)) {
+			struct folio_pool_stats st = stats(w->p);
+			cached_max = MAX(cached_max, st.cached_bytes);
+			res->rss_max = MAX(res->rss_max, rss_mib());
+			bench_progress("pool: trace %llu/%llu",
+				       (unsigned long long)i,
+				       (unsigned long long)nops);
+		}
+	}
+	bench_progress_done();
+	double secs = (double)(bench_now_ns() - t0) / 1e9;
+	struct folio_pool_stats st = stats(w->p);
+	res->st = st;
+	res->pool_hit = ratio(st.hits - before.hits, st.misses - before.misses);
+	res->lru_hit = ratio(lru.hits, lru.misses);
+	res->fifo_hit = ratio(fifo.hits, fifo.misses);
+	res->ops_per_s = (double)nops / secs;
+	res->rss_end = rss_mib();
+	res->cached_max_mib = (double)MAX(cached_max, st.cached_bytes) /
+			      (double)MIB;
+	sim_free(&lru);
+	sim_free(&fifo);
+	free(z.cdf);
+	free(perm);
+	free(buf);
+	return err;
+}
+
+/* Hot set of half the budget in mapping 0, a scan of ten budgets through
+ * mapping 1, the hot set again: the share of it that still hits. */
+static int run_scan(struct bench_ctx *c, struct world *w, uint64_t share,
+		    double *kept)
+{
+	const struct bench_opts *o = &c->o;
+	uint64_t item = o->bs, hot = budget / 2 / item;
+	char *buf = malloc(item);
+	if (!buf)
+		return -ENOMEM;
+	int err = 0;
+	for (unsigned i = 0; i < w->n && !err; i++)
+		err = folio_mapping_sync(w->m[i], NULL);
+	if (!err && folio_pool_shrink(w->p, UINT64_MAX) < 0)
+		err = -EIO;
+	/* Interleaved rounds: each access of a hot item is a lookup of a
+	 * folio other than the thread's last one. */
+	for (int round = 0; round < 4 && !err; round++)
+		for (uint64_t k = 0; k < hot && !err; k++)
+			if (folio_mapping_read(w->m[0], buf, item, k * item) !=
+			    (ssize_t)item)
+				err = -EIO;
+	/* One pass over new ground: the scanned mapping grows (a hole in
+	 * its file) by ten budgets and is read through once. */
+	uint64_t scan = 10 * budget;
+	struct folio_mapping *sm = w->m[1 % w->n];
+	if (!err)
+		err = folio_mapping_truncate(sm, share + scan);
+	for (uint64_t at = share; at < share + scan && !err; at += item)
+		if (folio_mapping_read(sm, buf, item, at) != (ssize_t)item)
+			err = -EIO;
+	struct folio_pool_stats st0 = stats(w->p);
+	for (uint64_t k = 0; k < hot && !err; k++)
+		if (folio_mapping_read(w->m[0], buf, item, k * item) !=
+		    (ssize_t)item)
+			err = -EIO;
+	struct folio_pool_stats st1 = stats(w->p);
+	*kept = ratio(st1.hits - st0.hits, st1.misses - st0.misses);
+	free(buf);
+	return err;
+}
+
+static int run(struct bench_ctx *c)
+{
+	const struct bench_opts *o = &c->o;
+	if (!nmappings || nmappings > 16 || !nops || write_pct > 100 ||
+	    o->bs != o->folio_size || budget < 4 * o->bs) {
+		fprintf(stderr, "folio-bench pool: --mappings 1..16, --ops > 0, "
+				"--write-pct <= 100, --bs equal to "
+				"--folio-size and --budget of at least four "
+				"items, please\n");
+		return 2;
+	}
+	uint64_t size = (o->given & BOPT_SIZE) ? o->size : 8 * budget;
+	uint64_t share = size / nmappings;
+	share -= share % o->bs;
+	uint64_t keys = share / o->bs * nmappings;
+	if (share < 11 * o->bs || keys > UINT32_MAX) {
+		fprintf(stderr, "folio-bench pool: --size too small or too "
+				"large for --mappings and --bs\n");
+		return 2;
+	}
+	char s1[32], s2[32], s3[32];
+	bench_title(c, "%llu mappings in a %s pool, Zipf(%.2f) over %s (%.0fx "
+		       "the budget) in %s items, %llu%% writes, %llu flusher(s), "
+		       "%s engine",
+		    (unsigned long long)nmappings,
+		    bench_fmt_size(s1, sizeof(s1), budget),
+		    (double)theta_milli / 1e3,
+		    bench_fmt_size(s2, sizeof(s2), keys * o->bs),
+		    (double)(keys * o->bs) / (double)budget,
+		    bench_fmt_size(s3, sizeof(s3), o->bs),
+		    (unsigned long long)write_pct,
+		    (unsigned long long)flushers, bench_engine_name(o->engine));
+	bench_param_num(c, "budget", (double)budget);
+	bench_param_num(c, "mappings", (double)nmappings);
+	bench_param_num(c, "ops", (double)nops);
+	bench_param_num(c, "write_pct", (double)write_pct);
+	bench_param_num(c, "flushers", (double)flushers);
+	bench_param_num(c, "theta", (double)theta_milli / 1e3);
+
+	double rss0 = rss_mib();
+	struct world w;
+	struct trace_result t;
+	memset(&t, 0, sizeof(t));
+	double kept = 0;
+	int err = world_open(c, &w, share);
+	if (!err)
+		err = run_trace(c, &w, keys, &t);
+	if (!err)
+		err = run_scan(c, &w, share, &kept);
+	int e2 = world_close(&w);
+	if (!err)
+		err = e2;
+	if (err) {
+		fprintf(stderr, "folio-bench pool: %s\n", strerror(-err));
+		return 1;
+	}
+
+	struct bench_variant *v = bench_variant(c, "trace");
+	bench_num(v, "hit_ratio_pool", t.pool_hit);
+	bench_num(v, "hit_ratio_lru", t.lru_hit);
+	bench_num(v, "hit_ratio_fifo", t.fifo_hit);
+	bench_num(v, "ops_per_s", t.ops_per_s);
+	bench_num(v, "rss_start_mib", rss0);
+	bench_num(v, "rss_max_mib", t.rss_max);
+	bench_num(v, "rss_end_mib", t.rss_end);
+	bench_num(v, "cached_max_mib", t.cached_max_mib);
+	bench_num(v, "metadata_bytes", (double)t.st.metadata_bytes);
+	bench_num(v, "ghost_hits", (double)t.st.ghost_hits);
+	bench_num(v, "reclaimed_bytes", (double)t.st.reclaimed_bytes);
+	bench_num(v, "throttle_waits", (double)t.st.throttle_waits);
+	bench_num(v, "throttle_ms", (double)t.st.throttle_ns / 1e6);
+	bench_num(v, "memory_waits", (double)t.st.memory_waits);
+	bench_num(v, "flusher_bytes", (double)t.st.flusher_bytes);
+	bench_num(v, "hot_set_kept_after_scan", kept);
+
+	bench_row(c, &(struct bench_row){.figure = "hit ratio, pool (S3-FIFO)",
+					 .value = 100 * t.pool_hit, .unit = "%",
+					 .cmp = "LRU, same trace",
+					 .ratio = t.pool_hit / t.lru_hit,
+					 .flags = BENCH_ROW_HEADLINE});
+	bench_row(c, &(struct bench_row){.figure = "hit ratio, LRU (simulated)",
+					 .value = 100 * t.lru_hit, .unit = "%"});
+	bench_row(c, &(struct bench_row){.figure = "hit ratio, FIFO (simulated)",
+					 .value = 100 * t.fifo_hit,
+					 .unit = "%"});
+	bench_row(c, &(struct bench_row){
+			     .figure = "hot half-budget kept after a 10x scan",
+			     .value = 100 * kept, .unit = "%"});
+	bench_row(c, &(struct bench_row){.figure = "pool cached, max sampled",
+					 .value = t.cached_max_mib,
+					 .unit = "MiB", .cmp = "budget",
+					 .ratio = t.cached_max_mib * (double)MIB /
+						  (double)budget});
+	bench_row(c, &(struct bench_row){.figure = "RSS, max sampled",
+					 .value = t.rss_max, .unit = "MiB"});
+	bench_row(c, &(struct bench_row){.figure = "trace throughput",
+					 .value = t.ops_per_s / 1e3,
+					 .unit = "kops/s"});
+	bench_row(c, &(struct bench_row){.figure = "throttled writes",
+					 .value = (double)t.st.throttle_waits,
+					 .unit = ""});
+	bench_note(c, "targets: hit ratio >= LRU's: %s; hot set kept >= 90%%: "
+		      "%s; cached <= budget: %s",
+		   t.pool_hit >= t.lru_hit ? "met" : "NOT met",
+		   kept >= 0.9 ? "met" : "NOT met",
+		   t.cached_max_mib * (double)MIB <= (double)budget
+			   ? "met" : "NOT met");
+	if (o->engine == BENCH_ENGINE_MEM)
+		bench_note(c, "RSS includes the mem engine's store");
+	bench_note(c, "RSS was %.1f MiB before the pool was made", rss0);
+	return 0;
+}
+
+static struct bench_cmd cmd = {
+	.name = "pool",
+	.summary = "several mappings in one pool: Zipf hit ratio against LRU "
+		   "and FIFO on the same trace, scan resistance, RSS",
+	.exec = run,
+	.in_default = false,
+	.order = 60,
+	.help =
+	"Runs --ops reads and writes of one --bs item each (Zipf, --theta)\n"
+	"over a working set (--size, default 8x --budget) spread over\n"
+	"--mappings files in one pool, and the same trace through an LRU and\n"
+	"a FIFO cache of --budget / --bs items simulated beside it. Then it\n"
+	"empties the pool, uses a hot set of half the budget four times,\n"
+	"scans ten times the budget through another mapping and reports how\n"
+	"much of the hot set still hits. RSS is read from /proc/self/statm.",
+	.defaults = {.size = 0, .bs = 4 * KIB, .folio_size = 4 * KIB,
+		     .block_size = 4 * KIB, .engine = BENCH_ENGINE_POSIX},
+	.uses = BOPT_SIZE | BOPT_BS | BOPT_FOLIO_SIZE | BOPT_BLOCK_SIZE |
+		BOPT_ENGINE | BOPT_DIR | BOPT_DEVMODEL,
+	.xopts = xopts,
+};
+BENCH_REGISTER(cmd)
