@@ -475,14 +475,6 @@ int mapping_cache_reserve(struct folio_mapping *m,
 	return r;
 }
 
-void mapping_cache_credit_return(struct folio_mapping *m,
-				 struct mapping_cache_credit *cr)
-{
-	if (m->cache && cr->bytes)
-		m->cache->ops->uncharge(m->cache, (size_t)cr->bytes);
-	cr->bytes = 0;
-}
-
 struct folio *mapping_next_folio(struct folio_mapping *m, uint64_t *key,
 				 uint64_t last, int tag)
 {

@@ -268,9 +268,15 @@ struct folio *mapping_find_or_create_locked(
  * cache and add them to the credit. 0 or -ENOMEM. */
 int mapping_cache_reserve(struct folio_mapping *m,
 			  struct mapping_cache_credit *credit);
-/* Give back what is left of a call's credit. */
-void mapping_cache_credit_return(struct folio_mapping *m,
-				 struct mapping_cache_credit *c);
+/* Give back what is left of a call's credit. Inline: it ends every
+ * cached read and write, mostly with nothing to return. */
+static inline void mapping_cache_credit_return(struct folio_mapping *m,
+					       struct mapping_cache_credit *cr)
+{
+	if (m->cache && cr->bytes)
+		m->cache->ops->uncharge(m->cache, (size_t)cr->bytes);
+	cr->bytes = 0;
+}
 
 /* Drop the calling thread's lookup hint when it names m. */
 void mapping_drop_hint(struct folio_mapping *m);
