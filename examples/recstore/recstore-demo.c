@@ -4,7 +4,10 @@
  * reopen, verify every record of the store, and print what the cache sent
  * to the file.
  *
- * usage: recstore-demo [-n PUTS] [-r RECORD_SIZE] [-c CAPACITY] [-u] [FILE]
+ * usage: recstore-demo [-n PUTS] [-r RECORD_SIZE] [-c CAPACITY] [-b BUDGET]
+ *                      [-u] [FILE]
+ *   -b    hold at most BUDGET bytes of data in memory (a folio pool of
+ *         its own, which reclaims and writes back as the store works)
  *   -u    use io_uring (falls back to posix where unavailable)
  *   FILE  an existing store of the same record size is extended, not
  *         wiped; default: a temp file in /var/tmp, removed afterwards
@@ -130,6 +133,24 @@ static int run(const char *path, uint64_t puts, size_t rsize,
 	       st.puts, rsize, st.nrecords, t1 - t0, st.cache.bytes_written,
 	       st.cache.wb_bytes, st.cache.wb_requests, st.cache.wb_merges,
 	       folios * FOLIO_BYTES, folios, opts->nrecords, md.mismatches);
+	struct recstore_stats st2;
+	if (!r && opts->budget && !(r = recstore_stats(rs, &st2))) {
+		/* Both runs (the puts, then the verifying scan) must have
+		 * held the budget, give or take the folio being added when
+		 * the count was read (recstore caps its folios at an eighth
+		 * of the budget, or the smallest folio when that is more). */
+		uint64_t hi = st.cached_max > st2.cached_max ? st.cached_max
+							    : st2.cached_max;
+		printf("  budget %" PRIu64 " bytes, data %" PRIu64
+		       " bytes: cached at most %" PRIu64 " bytes\n",
+		       opts->budget, opts->nrecords * rsize, hi);
+		uint64_t folio = opts->folio_size ? opts->folio_size
+						  : FOLIO_BYTES;
+		if (folio < opts->budget / 8)
+			folio = opts->budget / 8; /* the store's largest */
+		if (hi > opts->budget + folio)
+			r = -E2BIG;
+	}
 done:;
 	int rc = recstore_close(rs);
 	if (rc) {
@@ -149,15 +170,16 @@ int main(int argc, char **argv)
 	size_t rsize = 100;
 	struct recstore_opts opts = {.nrecords = 0};
 	int c;
-	while ((c = getopt(argc, argv, "n:r:c:u")) != -1) {
+	while ((c = getopt(argc, argv, "n:r:c:b:u")) != -1) {
 		switch (c) {
 		case 'n': puts = strtoull(optarg, NULL, 0); break;
 		case 'r': rsize = strtoull(optarg, NULL, 0); break;
 		case 'c': opts.nrecords = strtoull(optarg, NULL, 0); break;
+		case 'b': opts.budget = strtoull(optarg, NULL, 0); break;
 		case 'u': opts.engine = RECSTORE_ENGINE_URING; break;
 		default:
 			fprintf(stderr, "usage: %s [-n PUTS] [-r RECORD_SIZE] "
-				"[-c CAPACITY] [-u] [FILE]\n", argv[0]);
+				"[-c CAPACITY] [-b BUDGET] [-u] [FILE]\n", argv[0]);
 			return 2;
 		}
 	}

@@ -31,6 +31,8 @@
 
 struct recstore {
 	struct folio_mapping *m;
+	struct folio_pool *pool; /* NULL without a budget */
+	uint64_t budget, cached_max;
 	struct folio_engine *e;
 	int fd; /* -1: the engine belongs to the caller */
 	enum recstore_engine kind;
@@ -67,6 +69,16 @@ static int store_new(struct recstore **out, struct folio_engine *e, int fd,
 	struct recstore *rs = calloc(1, sizeof(*rs));
 	if (!rs)
 		return -ENOMEM;
+	if (opts->budget) {
+		struct folio_pool_opts po = {.sz = sizeof(po),
+					     .budget = opts->budget};
+		int r = folio_pool_new(&rs->pool, &po);
+		if (r) {
+			free(rs);
+			return r;
+		}
+		rs->budget = opts->budget;
+	}
 	struct folio_mapping_opts mo = {
 		.sz = sizeof(mo),
 		.block_size = BLOCK_SIZE,
@@ -74,9 +86,20 @@ static int store_new(struct recstore **out, struct folio_engine *e, int fd,
 						   : DEFAULT_FOLIO_SIZE,
 		.size = size,
 		.engine = e,
+		.pool = rs->pool,
 	};
+	/* The default largest folio may not fit a small budget, and one
+	 * folio past the budget is the overshoot a pool allows: keep it to
+	 * an eighth of the budget, never below the smallest folio. */
+	if (opts->budget) {
+		size_t max = mo.min_folio_size;
+		while (max <= SIZE_MAX / 2 && max * 2 <= opts->budget / 8)
+			max *= 2;
+		mo.max_folio_size = max;
+	}
 	int r = folio_mapping_new(&rs->m, &mo);
 	if (r) {
+		folio_pool_free(rs->pool);
 		free(rs);
 		return r;
 	}
@@ -143,6 +166,16 @@ static int check_args(struct recstore *rs, uint64_t id, const void *rec)
 	return id < rs->nrec ? 0 : -ERANGE;
 }
 
+/* Sampled after every put and get so a demo or test can check the
+ * budget held while the store worked, not only at the end. */
+static void note_cached(struct recstore *rs)
+{
+	struct folio_pool_stats ps = {.sz = sizeof(ps)};
+	if (rs->pool && folio_pool_stats(rs->pool, &ps) == 0 &&
+	    ps.cached_bytes > rs->cached_max)
+		rs->cached_max = ps.cached_bytes;
+}
+
 int recstore_put(struct recstore *rs, uint64_t id, const void *rec)
 {
 	int r = check_args(rs, id, rec);
@@ -160,6 +193,7 @@ int recstore_put(struct recstore *rs, uint64_t id, const void *rec)
 		done += (size_t)n;
 	}
 	rs->puts++;
+	note_cached(rs);
 	return 0;
 }
 
@@ -191,11 +225,12 @@ int recstore_get(struct recstore *rs, uint64_t id, void *rec)
 	r = read_full(rs, rec, rs->rsize, id * rs->rsize);
 	if (!r)
 		rs->gets++;
+	note_cached(rs);
 	return r;
 }
 
-/* There is no memory pool in the library yet, so the embedding bounds
- * its cache itself: clean folios are dropped, dirty ones kept. */
+/* Without a budget (a pool), the embedding bounds its cache itself:
+ * clean folios are dropped, dirty ones kept. */
 static void trim_cache(struct recstore *rs)
 {
 	struct folio_mapping_stats s = {.sz = sizeof(s)};
@@ -228,6 +263,7 @@ int recstore_scan(struct recstore *rs, uint64_t first, uint64_t count,
 			r = fn(first + i, buf + i * rs->rsize, arg);
 			rs->scanned++;
 		}
+		note_cached(rs);
 		first += k;
 		count -= k;
 	}
@@ -266,6 +302,8 @@ int recstore_stats(struct recstore *rs, struct recstore_stats *st)
 		.checkpoints = rs->checkpoints,
 		.failed_checkpoints = rs->failed,
 		.cache = {.sz = sizeof(s.cache)},
+		.budget = rs->budget,
+		.cached_max = rs->cached_max,
 	};
 	int r = folio_mapping_stats(rs->m, &s.cache);
 	if (r)
@@ -281,6 +319,8 @@ static int store_free(struct recstore *rs)
 	int r = folio_mapping_free(rs->m);
 	if (r)
 		return r;
+	/* The mapping, its last member, is gone: the pool cannot be busy. */
+	(void)folio_pool_free(rs->pool);
 	if (rs->fd >= 0) {
 		folio_engine_free(rs->e);
 		if (close(rs->fd))

@@ -53,6 +53,11 @@ struct recstore_opts {
 	/* After a successful checkpoint, drop the (then clean) cache when it
 	 * holds more than this many bytes. 0: never drop. */
 	uint64_t cache_limit;
+	/* Bytes of folio data the store may hold at any time, dirty or not:
+	 * the store gets a folio pool of this budget of its own, which
+	 * reclaims and writes back as it fills. At least one folio; 0: no
+	 * pool (the cache grows with the data touched). */
+	uint64_t budget;
 };
 
 struct recstore;
@@ -125,6 +130,9 @@ struct recstore_stats {
 	/* bytes_written (by puts) vs wb_bytes (sent to the file) is the
 	 * write amplification. */
 	struct folio_mapping_stats cache;
+	/* With a budget: the pool's peak is not kept, so the store records
+	 * the highest cached_bytes it saw after each put and get. */
+	uint64_t budget, cached_max;
 };
 
 /** recstore_stats() - fill @st. Return: 0; -EINVAL for NULL. */
