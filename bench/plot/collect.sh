@@ -10,7 +10,7 @@
 # bw=200M,lat=50), DIR (temporary files, default /var/tmp), BEFORE_EACH
 # (a command run before each benchmark, e.g. one that waits until the
 # machine is idle; default none).
-# Takes about 2 * 6 * 2 * RUNTIME s for randwrite-sync plus ~30 s.
+# Takes about 2 * 6 * 2 * RUNTIME s for randwrite-sync plus ~60 s.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -59,4 +59,9 @@ run fstime.json fstime --runtime "$runtime"
 # (c) 128 KiB sequential writes against max folio size.
 run seqwrite.json seqwrite --size 256M --runtime "$runtime" \
 	--folio-sizes 4K,8K,16K,32K,64K,128K,256K,512K,1M,2M
+
+# (d) Hit ratio against the budget: the pool (S3-FIFO) and the LRU and
+# FIFO simulated on the same Zipf(0.99) trace over one 256 MiB working set.
+run pool-sweep.json pool --mode sweep --size 256M \
+	--budgets 1M,2M,4M,8M,16M,32M,64M --dir "$dir"
 echo "JSON in $out" >&2

@@ -5,8 +5,8 @@
 #
 # DATADIR defaults to doc/plots/data, OUTDIR to doc/plots. Needs python3
 # (to flatten the JSON into columns) and gnuplot with the pngcairo
-# terminal. Writes randwrite-wa.png, randwrite-mbs.png, fstime.png and
-# seqwrite.png.
+# terminal. Writes randwrite-wa.png, randwrite-mbs.png, fstime.png,
+# seqwrite.png and pool-hit-ratio.png.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
@@ -105,11 +105,28 @@ if os.path.exists(spath):
         w["params"]["bs"] // 1024, w["params"]["size"] >> 20,
         w["params"]["engine"])
 
+# (d) pool sweep: hit ratio against the budget, as a share of the data.
+sweep_title = ""
+ppath = os.path.join(data, "pool-sweep.json")
+if os.path.exists(ppath):
+    w = load(ppath)
+    with open(os.path.join(tmp, "pool-sweep.dat"), "w") as f:
+        f.write("# budget budget_fraction pool lru fifo\n")
+        for v in sorted(w["variants"], key=lambda v: v["budget"]):
+            f.write("%d %g %g %g %g\n" % (v["budget"], v["budget_fraction"],
+                                          v["hit_ratio_pool"],
+                                          v["hit_ratio_lru"],
+                                          v["hit_ratio_fifo"]))
+    sweep_title = "Zipf(%g) over %d MiB in 4 KiB items, %d ops" % (
+        w["params"]["theta"], w["params"]["working_set"] >> 20,
+        w["params"]["ops"])
+
 with open(os.path.join(tmp, "vars.gp"), "w") as f:
     f.write('model_label = "%s"\n' % model_label)
     f.write("kernel_mbs = %s\n" % kernel)
     f.write('fstime_title = "%s"\n' % fstime_title)
     f.write('seq_title = "%s"\n' % seq_title)
+    f.write('sweep_title = "%s"\n' % sweep_title)
 PY
 
 gnuplot -e "tmp='$tmp'; out='$out'" "$here/plots.gp"

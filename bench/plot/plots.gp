@@ -90,3 +90,18 @@ set key inside bottom right box opaque
 plot tmp.'/seqwrite.dat' using 1:2 lw 2 pt 7 lc rgb '#1f77b4' \
        title 'write (no sync in the loop)', \
      '' using 1:3 lw 2 pt 5 lc rgb '#ff7f0e' title 'write + sync'
+
+# (d) pool hit ratio against the budget: S3-FIFO vs LRU vs FIFO
+set output out.'/pool-hit-ratio.png'
+set title "Hit ratio against the budget: ".sweep_title
+set xtics ('1M' 1048576, '2M' 2097152, '4M' 4194304, '8M' 8388608, \
+           '16M' 16777216, '32M' 33554432, '64M' 67108864)
+set xrange [900000:75000000]
+set xlabel 'pool budget (the data is 256 MiB)'
+set ylabel 'hit ratio (%)'
+set yrange [0:100]
+set key inside bottom right box opaque
+plot tmp.'/pool-sweep.dat' using 1:($3*100) lw 2 pt 7 lc rgb '#1f77b4' \
+       title 'pool (S3-FIFO)', \
+     '' using 1:($4*100) lw 2 pt 5 lc rgb '#d62728' title 'LRU (simulated)', \
+     '' using 1:($5*100) lw 2 pt 9 lc rgb '#2ca02c' title 'FIFO (simulated)'
