@@ -105,17 +105,6 @@
 #include "folio_state_mem.h"
 #include "test_util.h"
 
-#if defined(__SANITIZE_THREAD__)
-#define UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define UNDER_TSAN 1
-#endif
-#endif
-#ifndef UNDER_TSAN
-#define UNDER_TSAN 0
-#endif
-
 #define SPACE (2u << 20)   /* object positions used: [0, SPACE) */
 #define MAX_IO (160u << 10) /* largest write or read */
 #define CANDS 3            /* values remembered per touched byte */
@@ -735,7 +724,7 @@ static void run_seed(uint64_t seed, unsigned steps)
 	/* Without stable writes a write may change bytes the engine is
 	 * copying out in another thread (re-dirtied and written again, by
 	 * design); TSan would rightly call that a race. */
-	if (UNDER_TSAN && (w->bg_allowed || w->mode != FOLIO_MEM_SYNC))
+	if (TEST_UNDER_TSAN && (w->bg_allowed || w->mode != FOLIO_MEM_SYNC))
 		flags |= FOLIO_MAPPING_STABLE_WRITES;
 	uint64_t extent = 0;
 	bool scatter = false;

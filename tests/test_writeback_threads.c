@@ -30,17 +30,6 @@
 #include "folio_state_mem.h"
 #include "test_util.h"
 
-#if defined(__SANITIZE_THREAD__)
-#define UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define UNDER_TSAN 1
-#endif
-#endif
-#ifndef UNDER_TSAN
-#define UNDER_TSAN 0
-#endif
-
 #define WRITERS 3
 #define REGION (512 * 1024 + 777)
 
@@ -224,7 +213,7 @@ static void test_redirty_thread_engine(void **state)
 	(void)state;
 	/* cmocka's skip() reads as a failure to meson's TAP parser, so
 	 * the TSan build says so and passes instead. */
-	if (UNDER_TSAN) {
+	if (TEST_UNDER_TSAN) {
 		printf("# not run under TSan: the race is by design\n");
 		return;
 	}
