@@ -801,6 +801,122 @@ static void test_throttle_wakes(void **state)
 	throttle_wakes(1); /* the flusher's is */
 }
 
+/*
+ * A flusher that cannot take a step (here: its flush is held, as on a
+ * loaded machine it may simply not be scheduled) says nothing about the
+ * engine: the throttled writer must write back itself, not give up and
+ * pass the limit. Writes complete at once; only flushes are held, until
+ * the writer is done or a safety timer opens them.
+ */
+struct flush_gate {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool open;
+	unsigned held;
+};
+
+static int flush_gate_submit(void *ctx, struct folio_io *io)
+{
+	(void)ctx;
+	if (io->op == FOLIO_IO_READ)
+		for (int i = 0; i < io->iovcnt; i++)
+			memset(io->iov[i].iov_base, 0, io->iov[i].iov_len);
+	folio_io_complete(io, (ssize_t)io->len);
+	return 0;
+}
+
+static int flush_gate_flush(void *ctx)
+{
+	struct flush_gate *g = ctx;
+	pthread_mutex_lock(&g->lock);
+	g->held++;
+	while (!g->open)
+		pthread_cond_wait(&g->cond, &g->lock);
+	pthread_mutex_unlock(&g->lock);
+	return 0;
+}
+
+static void flush_gate_open(struct flush_gate *g)
+{
+	pthread_mutex_lock(&g->lock);
+	g->open = true;
+	pthread_cond_broadcast(&g->cond);
+	pthread_mutex_unlock(&g->lock);
+}
+
+static void *flush_gate_timer(void *arg)
+{
+	struct flush_gate *g = arg;
+	/* Long past what the writer needs: only a writer stuck behind the
+	 * held flush is still writing then. */
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	t.tv_sec += 30;
+	pthread_mutex_lock(&g->lock);
+	while (!g->open &&
+	       pthread_cond_timedwait(&g->cond, &g->lock, &t) == 0)
+		;
+	g->open = true;
+	pthread_cond_broadcast(&g->cond);
+	pthread_mutex_unlock(&g->lock);
+	return NULL;
+}
+
+static void test_throttle_flusher_stuck(void **state)
+{
+	(void)state;
+	struct flush_gate g = {.open = false};
+	pthread_mutex_init(&g.lock, NULL);
+	pthread_cond_init(&g.cond, NULL);
+	struct folio_engine_ops ops = {.sz = sizeof(ops),
+				       .submit = flush_gate_submit,
+				       .flush = flush_gate_flush,
+				       .truncate = gate_truncate};
+	struct folio_engine *e;
+	assert_int_equal(folio_engine_new(&e, &ops, &g), 0);
+	struct folio_pool *p;
+	struct folio_pool_opts o = {.sz = sizeof(o), .budget = 8 * MiB,
+				    .dirty_background = 128 * KiB,
+				    .dirty_limit = 256 * KiB,
+				    .flusher_threads = 1};
+	assert_int_equal(folio_pool_new(&p, &o), 0);
+	struct folio_mapping_opts mo = {.sz = sizeof(mo),
+					.max_folio_size = 64 * KiB,
+					.engine = e, .pool = p};
+	struct folio_mapping *m;
+	assert_int_equal(folio_mapping_new(&m, &mo), 0);
+	pthread_t timer;
+	assert_int_equal(pthread_create(&timer, NULL, flush_gate_timer, &g),
+			 0);
+	static unsigned char buf[4096];
+	uint64_t worst = 0;
+	for (unsigned i = 0; i < 1024; i++) { /* 4 MiB, 16 times the limit */
+		assert_int_equal(folio_mapping_write(m, buf, sizeof(buf),
+						     i * 4096ull),
+				 4096);
+		struct folio_pool_stats st = pool_stats(p);
+		worst = MAX(worst, st.dirty_bytes + st.writeback_bytes);
+	}
+	pthread_mutex_lock(&g.lock);
+	bool held = !g.open && g.held > 0;
+	pthread_mutex_unlock(&g.lock);
+	flush_gate_open(&g);
+	assert_int_equal(pthread_join(timer, NULL), 0);
+	if (worst > o.dirty_limit + 2 * 4096)
+		fail_msg("dirty + writeback reached %llu (limit %llu)",
+			 (unsigned long long)worst,
+			 (unsigned long long)o.dirty_limit);
+	/* The flusher was stuck in its flush all along. */
+	assert_true(held);
+	assert_true(pool_stats(p).throttle_waits > 0);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(folio_mapping_free(m), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	assert_int_equal(folio_pool_free(p), 0);
+	pthread_cond_destroy(&g.cond);
+	pthread_mutex_destroy(&g.lock);
+}
+
 static bool wait_clean(struct folio_pool *p, unsigned ms)
 {
 	for (unsigned t = 0; t < ms; t += 5) {
@@ -963,6 +1079,7 @@ int main(void)
 		cmocka_unit_test(test_throttle_self),
 		cmocka_unit_test(test_throttle_flushers),
 		cmocka_unit_test(test_throttle_wakes),
+		cmocka_unit_test(test_throttle_flusher_stuck),
 		cmocka_unit_test(test_expire),
 		cmocka_unit_test(test_scan_resistance),
 		cmocka_unit_test(test_ghost),

@@ -31,6 +31,9 @@
  * requests in flight will complete. */
 #define STALL_ROUNDS 16u
 #define WAIT_NS 10000000u
+/* A throttled writer whose flushers took no step in this many rounds
+ * sets flushers_stuck. */
+#define IDLE_ROUNDS 10u
 
 /* Sleep until the events counter moves past `mark` or `ns` pass. */
 static void wait_progress(struct folio_pool *p, uint64_t mark, uint64_t ns)
@@ -202,26 +205,39 @@ void pool_op_balance(struct mapping_cache *c, struct folio_mapping *m)
 	uint64_t t0 = pool_now_ns();
 	atomic_fetch_add(&p->stats.throttle_waits, 1);
 	atomic_fetch_add(&c->waiters, 1);
-	/* With flushers the writer waits for them, woken by completions;
-	 * without, it writes back itself (oldest first) down to halfway
-	 * between the thresholds, so that it does not stop again at once. */
-	int64_t target = p->nflushers
-				 ? limit
-				 : ((int64_t)c->dirty_background + limit) / 2;
-	unsigned stalls = 0;
-	while (mapping_cache_dirty_total(c) >= target) {
+	unsigned stalls = 0, idle = 0;
+	for (;;) {
+		/* With flushers the writer waits for them, woken by
+		 * completions. Without, or while they take no step (not
+		 * scheduled on a loaded machine, or stuck in a slow flush),
+		 * it writes back itself, oldest first, down to halfway
+		 * between the thresholds, so that it does not stop again at
+		 * once. */
+		bool self = !p->nflushers || atomic_load(&p->flushers_stuck);
+		int64_t target =
+			self ? ((int64_t)c->dirty_background + limit) / 2
+			     : limit;
+		if (mapping_cache_dirty_total(c) < target)
+			break;
 		uint64_t mark = atomic_load(&p->events);
-		if (p->nflushers) {
+		uint64_t steps = atomic_load(&p->stats.flusher_passes);
+		if (!self) {
 			pool_op_kick(c);
 			wait_progress(p, mark, WAIT_NS);
 		} else if (!writeback_oldest(p, FLUSH_CHUNK)) {
 			wait_for_others(p, mark);
 		}
+		bool flushed = atomic_load(&p->stats.flusher_passes) != steps;
+		if (flushed)
+			idle = 0;
+		else if (++idle == IDLE_ROUNDS)
+			atomic_store(&p->flushers_stuck, true);
 		/* An engine that keeps failing must not hold writers for
-		 * good: the data stays dirty, nothing is lost. */
+		 * good: the data stays dirty, nothing is lost. Flushers
+		 * that took no step said nothing about the engine. */
 		if (!stalled(p, mark))
 			stalls = 0;
-		else if (++stalls == STALL_ROUNDS)
+		else if ((self || flushed) && ++stalls == STALL_ROUNDS)
 			break;
 	}
 	atomic_fetch_sub(&c->waiters, 1);
@@ -336,6 +352,9 @@ static void *flusher_main(void *arg)
 		if (!cursor)
 			pass_done(mb->m, pass_start);
 		atomic_fetch_add(&p->stats.flusher_passes, 1);
+		if (atomic_load_explicit(&p->flushers_stuck,
+					 memory_order_relaxed))
+			atomic_store(&p->flushers_stuck, false);
 		if (n > 0)
 			atomic_fetch_add(&p->stats.flusher_bytes, (uint64_t)n);
 

@@ -114,6 +114,9 @@ struct folio_pool {
 	bool stop;
 
 	atomic_bool kicked; /* flushers were asked to look */
+	/* A throttled writer saw no flusher step for a while: writers
+	 * write back themselves until a flusher ends a step. */
+	atomic_bool flushers_stuck;
 	pthread_t *threads;
 
 	struct {
