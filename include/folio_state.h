@@ -1445,6 +1445,12 @@ struct folio_pool_stats {
 	uint64_t flusher_passes;   /* flusher steps (one request each) */
 	uint64_t flusher_bytes;    /* bytes the flushers submitted */
 	uint64_t flushes;          /* engine flushes the pool started */
+	/* Added later (smaller @sz: not filled). Free folio memory (data
+	 * and headers) held in the library's per-thread caches, for the
+	 * whole process, not this pool: outside every budget, like
+	 * metadata_bytes; about 64 KiB per data size class in use per
+	 * thread at most. */
+	uint64_t thread_cache_bytes;
 };
 
 /**

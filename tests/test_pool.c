@@ -917,6 +917,52 @@ static void test_throttle_flusher_stuck(void **state)
 	pthread_mutex_destroy(&g.lock);
 }
 
+/* Folios a thread frees land in its cache, outside the budget; the
+ * pool's stats count them, and they go back when the thread ends. */
+struct tc_thread {
+	struct env *v;
+	uint64_t before, after_free;
+};
+
+static void *tc_main(void *arg)
+{
+	struct tc_thread *t = arg;
+	static unsigned char buf[4096];
+	t->before = pool_stats(t->v->p).thread_cache_bytes;
+	for (unsigned i = 0; i < 8; i++)
+		if (folio_mapping_write(t->v->m[0], buf, sizeof(buf),
+					i * 4096ull) != 4096 ||
+		    folio_mapping_sync(t->v->m[0], NULL) != 0)
+			abort();
+	if (folio_pool_shrink(t->v->p, 8 * 4096) != 8 * 4096)
+		abort();
+	t->after_free = pool_stats(t->v->p).thread_cache_bytes;
+	return NULL;
+}
+
+static void test_thread_cache_bytes(void **state)
+{
+	(void)state;
+	struct env v = {.p = new_pool(4 * MiB, 0)};
+	add_mapping(&v, 4096, 4096, 0);
+	struct tc_thread t = {.v = &v};
+	pthread_t tid;
+	assert_int_equal(pthread_create(&tid, NULL, tc_main, &t), 0);
+	assert_int_equal(pthread_join(tid, NULL), 0);
+	assert_true(t.after_free >= t.before + 8 * 4096);
+	assert_true(pool_stats(v.p).thread_cache_bytes < t.after_free);
+	/* A caller's struct that ends before the field: not written. */
+	struct folio_pool_stats old;
+	memset(&old, 0x5a, sizeof(old));
+	old.sz = offsetof(struct folio_pool_stats, thread_cache_bytes);
+	assert_int_equal(folio_pool_stats(v.p, &old), 0);
+	uint64_t untouched;
+	memset(&untouched, 0x5a, sizeof(untouched));
+	assert_memory_equal(&old.thread_cache_bytes, &untouched,
+			    sizeof(untouched));
+	env_close(&v);
+}
+
 static bool wait_clean(struct folio_pool *p, unsigned ms)
 {
 	for (unsigned t = 0; t < ms; t += 5) {
@@ -1080,6 +1126,7 @@ int main(void)
 		cmocka_unit_test(test_throttle_flushers),
 		cmocka_unit_test(test_throttle_wakes),
 		cmocka_unit_test(test_throttle_flusher_stuck),
+		cmocka_unit_test(test_thread_cache_bytes),
 		cmocka_unit_test(test_expire),
 		cmocka_unit_test(test_scan_resistance),
 		cmocka_unit_test(test_ghost),

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "alloc/alloc.h"
 #include "pool/pool.h"
 
 #define DEFAULT_EXPIRE_MS 30000u
@@ -340,6 +341,9 @@ int folio_pool_stats(struct folio_pool *p, struct folio_pool_stats *st)
 	for (size_t i = 0; i < n; i++)
 		s.metadata_bytes += mapping_index_bytes(v[i]->m);
 	pool_members_put(p, v, n);
+	struct alloc_stats as;
+	alloc_stats(&as);
+	s.thread_cache_bytes = as.cached_data_bytes + as.cached_meta_bytes;
 	memcpy(st, &s, MIN(st->sz, sizeof(s)));
 	st->sz = s.sz;
 	return 0;
