@@ -154,7 +154,8 @@ static int measure(struct bench_ctx *c, struct target *t, const char *name,
 	char what[64];
 	snprintf(what, sizeof(what), "fstime [%s]", name);
 	if (!err)
-		err = bench_timed_batches(what, o->runtime, iters, 4096, loop,
+		err = bench_timed_batches(what, iters ? 0 : o->runtime, iters,
+					  4096, loop,
 					  &rs, &done, &secs);
 	free(buf);
 	if (err)

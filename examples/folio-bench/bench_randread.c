@@ -11,7 +11,9 @@
  * (bench/callgrind-read.sh counts instructions per read).
  *
  * Cold: both caches dropped (as in seqread), a new mapping, and reads for
- * --runtime seconds. Besides reads/s it reports the bytes the engine read
+ * --runtime seconds or until a quarter of the file's blocks were asked
+ * for, whichever is first (more and repeats would make the figures
+ * hot ones). Besides reads/s it reports the bytes the engine read
  * per byte asked: readahead must not turn random 4 KiB reads into large
  * ones (target <= 1.1), and the device's own count (/proc/self/io) shows
  * what the kernel's readahead does for pread.
@@ -122,10 +124,11 @@ struct result {
 	bool done;
 };
 
-/* The timed loop for --runtime or, with `exact`, exactly that many reads;
- * every variant draws the same offsets. */
-static int measure(struct bench_ctx *c, const struct source *s,
-		   const char *name, uint64_t exact, struct result *res)
+/* The timed loop for `seconds` or `cap` reads (see bench_timed_batches);
+ * every variant and round draws the same offsets. */
+static int timed(struct bench_ctx *c, const struct source *s,
+		 const char *name, uint64_t cap, double seconds,
+		 uint64_t *reads, double *secs)
 {
 	const struct bench_opts *o = &c->o;
 	struct run_state rs = {s, aligned_alloc(4096, (o->bs + 4095) / 4096 *
@@ -135,23 +138,26 @@ static int measure(struct bench_ctx *c, const struct source *s,
 		return -ENOMEM;
 	char what[80];
 	snprintf(what, sizeof(what), "randread [%s]", name);
-	uint64_t done = 0;
-	double secs = 0;
-	int err = bench_timed_batches(what, o->runtime, exact, 1024, loop, &rs,
-				      &done, &secs);
+	int err = bench_timed_batches(what, seconds, cap, 1024, loop, &rs,
+				      reads, secs);
 	free(rs.buf);
-	if (err)
-		return err;
-	res->reads = done;
-	res->ops = secs > 0 ? (double)done / secs : 0;
-	res->ns = done ? secs * 1e9 / (double)done : 0;
+	return err;
+}
+
+/* A variant's figures from `ops` reads per second (the median round). */
+static struct bench_variant *record(struct bench_ctx *c, const char *name,
+				    uint64_t reads, double ops,
+				    struct result *res)
+{
+	res->reads = reads;
+	res->ops = ops;
+	res->ns = ops > 0 ? 1e9 / ops : 0;
 	res->done = true;
 	struct bench_variant *v = bench_variant(c, name);
-	bench_num(v, "reads", (double)done);
-	bench_num(v, "seconds", secs);
+	bench_num(v, "reads", (double)reads);
 	bench_num(v, "reads_per_s", res->ops);
 	bench_num(v, "ns_per_read", res->ns);
-	return 0;
+	return v;
 }
 
 /* ---- hot ----------------------------------------------------------------- */
@@ -164,20 +170,32 @@ static const char *const hot_name[H_N] = {
 };
 static const char *const hot_only[H_N] = {"lib", "pread", "tmpfs", "memcpy"};
 
-static int hot_variant(struct bench_ctx *c, enum hot h, int fd,
-		       struct result *res)
+#define HOT_ROUNDS 5
+
+/* A hot variant's source and what it owns. */
+struct hot_src {
+	struct source s;
+	struct bench_reader r;
+	char *flat;
+	int tfd;
+};
+
+/* Make h's copy of the file hot. In enum order: the library's populate
+ * drops the kernel's pages of fd (the posix engine's one-copy default),
+ * so the pread variant warms them after it. */
+static int hot_open(struct bench_ctx *c, enum hot h, int fd,
+		    struct hot_src *hs)
 {
 	const struct bench_opts *o = &c->o;
-	struct source s = {.fd = -1};
-	struct bench_reader r = {0};
-	char *flat = NULL;
-	int tfd = -1, err = 0;
+	*hs = (struct hot_src){.s = {.fd = -1}, .tfd = -1};
+	int err = 0;
 	switch (h) {
 	case H_LIB:
-		err = bench_reader_open(c, &r, BENCH_ENGINE_POSIX, fd, o->size);
+		err = bench_reader_open(c, &hs->r, BENCH_ENGINE_POSIX, fd,
+					o->size);
 		if (!err)
-			err = bench_populate(r.m, o->size, o->folio_size);
-		s.m = r.m;
+			err = bench_populate(hs->r.m, o->size, o->folio_size);
+		hs->s.m = hs->r.m;
 		break;
 	case H_PREAD: {
 		double in = bench_warm_kernel_cache(fd, o->size);
@@ -188,41 +206,33 @@ static int hot_variant(struct bench_ctx *c, enum hot h, int fd,
 				      "kernel page cache: hot pread is partly "
 				      "cold", in * 100);
 		bench_param_num(c, "hot_pread_resident", in);
-		s.fd = fd;
+		hs->s.fd = fd;
 		break;
 	}
 	case H_TMPFS:
-		tfd = bench_tmpfile("/dev/shm");
-		if (tfd < 0)
+		hs->tfd = bench_tmpfile("/dev/shm");
+		if (hs->tfd < 0)
 			return -EIO;
-		err = bench_prefill(tfd, o->size);
-		s.fd = tfd;
+		err = bench_prefill(hs->tfd, o->size);
+		hs->s.fd = hs->tfd;
 		break;
 	default:
-		flat = malloc(o->size);
-		if (!flat)
+		hs->flat = malloc(o->size);
+		if (!hs->flat)
 			return -ENOMEM;
-		memset(flat, 'r', o->size);
-		s.flat = flat;
+		memset(hs->flat, 'r', o->size);
+		hs->s.flat = hs->flat;
 		break;
 	}
-	if (!err)
-		err = measure(c, &s, hot_name[h], iters, res);
-	if (!err && h == H_LIB) {
-		struct folio_mapping_stats st = {.sz = sizeof(st)};
-		folio_mapping_stats(r.m, &st);
-		struct bench_variant *v = &c->variants[c->nvariants - 1];
-		bench_num(v, "folios", (double)st.folios);
-		bench_num(v, "cached_bytes", (double)st.cached_bytes);
-	}
-	if (r.m) {
-		int f = bench_reader_close(&r);
-		if (!err)
-			err = f;
-	}
-	if (tfd >= 0)
-		close(tfd);
-	free(flat);
+	return err;
+}
+
+static int hot_close(struct hot_src *hs)
+{
+	int err = hs->r.m ? bench_reader_close(&hs->r) : 0;
+	if (hs->tfd >= 0)
+		close(hs->tfd);
+	free(hs->flat);
 	return err;
 }
 
@@ -261,22 +271,72 @@ static void hot_rows(struct bench_ctx *c, const struct result *res)
 	}
 }
 
+/* Every selected variant hot at once, then HOT_ROUNDS rounds of all of
+ * them in turn (--runtime split over the rounds), so that load from
+ * other tenants of the machine spreads over all variants; the median
+ * round counts. With --iters, one round of exactly that many reads. */
 static int run_hot(struct bench_ctx *c, int fd)
 {
-	struct result res[H_N];
-	memset(res, 0, sizeof(res));
+	struct hot_src hs[H_N];
+	bool on[H_N];
+	unsigned nr = iters ? 1 : HOT_ROUNDS;
+	double ops[H_N][HOT_ROUNDS];
+	uint64_t reads[H_N] = {0};
+	int err = 0;
 	for (enum hot h = 0; h < H_N; h++) {
-		if (only && strcmp(only, hot_only[h]))
-			continue;
-		int err = hot_variant(c, h, fd, &res[h]);
-		if (err) {
+		on[h] = !only || !strcmp(only, hot_only[h]);
+		hs[h] = (struct hot_src){.s = {.fd = -1}, .tfd = -1};
+		if (on[h] && !err)
+			err = hot_open(c, h, fd, &hs[h]);
+		if (err && on[h]) {
 			fprintf(stderr, "folio-bench randread: %s: %s\n",
 				hot_name[h], strerror(-err));
-			return err;
+			on[h] = false;
 		}
 	}
-	hot_rows(c, res);
-	return 0;
+	for (unsigned i = 0; i < nr && !err; i++) {
+		for (enum hot h = 0; h < H_N && !err; h++) {
+			if (!on[h])
+				continue;
+			uint64_t n = 0;
+			double secs = 0;
+			err = timed(c, &hs[h].s, hot_name[h], iters,
+				    iters ? 0 : c->o.runtime / nr, &n, &secs);
+			reads[h] += n;
+			ops[h][i] = secs > 0 ? (double)n / secs : 0;
+			if (err)
+				fprintf(stderr, "folio-bench randread: %s: "
+						"%s\n",
+					hot_name[h], strerror(-err));
+		}
+	}
+	struct result res[H_N];
+	memset(res, 0, sizeof(res));
+	for (enum hot h = 0; h < H_N && !err; h++) {
+		if (!on[h])
+			continue;
+		struct bench_variant *v =
+			record(c, hot_name[h], reads[h],
+			       bench_median(ops[h], nr), &res[h]);
+		bench_num(v, "rounds", nr);
+		/* bench_median() sorted the rounds. */
+		bench_num(v, "min_reads_per_s", ops[h][0]);
+		bench_num(v, "max_reads_per_s", ops[h][nr - 1]);
+		if (h == H_LIB) {
+			struct folio_mapping_stats st = {.sz = sizeof(st)};
+			folio_mapping_stats(hs[h].r.m, &st);
+			bench_num(v, "folios", (double)st.folios);
+			bench_num(v, "cached_bytes", (double)st.cached_bytes);
+		}
+	}
+	for (enum hot h = 0; h < H_N; h++) {
+		int e = hot_close(&hs[h]);
+		if (!err)
+			err = e;
+	}
+	if (!err)
+		hot_rows(c, res);
+	return err;
 }
 
 /* ---- cold ---------------------------------------------------------------- */
@@ -315,10 +375,17 @@ static int cold_variant(struct bench_ctx *c, enum bench_cold k, int fd,
 	snprintf(name, sizeof(name), "cold %s", bench_cold_name[k]);
 	struct source s = {.m = r.m, .fd = fd};
 	uint64_t dev0 = device_read_bytes();
-	err = measure(c, &s, name, 0, &res->r);
+	uint64_t n = 0;
+	double secs = 0;
+	/* At most a quarter of the blocks, so that few reads (about one in
+	 * eight) hit a block read before: the figures stay cold ones. */
+	err = timed(c, &s, name, o->size / o->bs / 4, o->runtime, &n, &secs);
 	uint64_t dev = device_read_bytes() - dev0;
 	if (!err) {
-		struct bench_variant *v = &c->variants[c->nvariants - 1];
+		struct bench_variant *v =
+			record(c, name, n, secs > 0 ? (double)n / secs : 0,
+			       &res->r);
+		bench_num(v, "seconds", secs);
 		double asked = (double)res->r.reads * (double)o->bs;
 		bench_num(v, "resident_before", left);
 		bench_num(v, "device_read_bytes", (double)dev);
@@ -406,7 +473,7 @@ static int run_cold(struct bench_ctx *c, int fd)
 		}
 	}
 	bench_note(c, "target cold engine bytes / bytes asked <= 1.1: worst "
-		      "%.3f, %s (below 1: some offsets repeat, and hit)",
+		      "%.3f, %s (below 1: offsets that repeat hit)",
 		   worst, worst <= 1.1 ? "met" : "NOT met");
 	return 0;
 }
@@ -457,13 +524,14 @@ static struct bench_cmd cmd = {
 	.help =
 	"Fills a --size file in --dir, then reads --bs blocks at uniformly\n"
 	"random offsets (--seed; the same offsets in every variant) for\n"
-	"--runtime seconds per variant.\n"
+	"--runtime seconds per variant (hot: in 5 interleaved rounds, median).\n"
 	"Hot (every block cached first):\n"
 	"  lib     folio_mapping_read() on a mapping holding the whole file\n"
 	"  pread   pread() on the file, its pages in the kernel page cache\n"
 	"  tmpfs   pread() on a copy in /dev/shm (target: lib >= 1.5x this)\n"
 	"  memcpy  memcpy() from a flat buffer (the limit)\n"
-	"Cold (kernel pages dropped and checked with mincore, new mapping):\n"
+	"Cold (kernel pages dropped and checked with mincore, new mapping;\n"
+	"--runtime or reads of a quarter of the blocks, whichever is first):\n"
 	"  kernel pread, lib over posix (buffered fd), posix and io_uring\n"
 	"  (O_DIRECT fd): reads/s, engine bytes per byte asked (target <= 1.1)\n"
 	"  and the block layer's bytes per byte asked (/proc/self/io).\n"

@@ -89,7 +89,7 @@ void bench_sleep_until(uint64_t t)
 		;
 }
 
-int bench_timed_batches(const char *what, double seconds, uint64_t exact,
+int bench_timed_batches(const char *what, double seconds, uint64_t cap,
 			uint64_t batch, int (*fn)(void *arg, uint64_t n),
 			void *arg, uint64_t *done, double *secs)
 {
@@ -97,7 +97,7 @@ int bench_timed_batches(const char *what, double seconds, uint64_t exact,
 	uint64_t deadline = t0 + (uint64_t)(seconds * 1e9);
 	int err = 0;
 	while (!err) {
-		uint64_t n = exact ? exact - n_done : batch;
+		uint64_t n = cap ? cap - n_done : batch;
 		if (n > batch)
 			n = batch;
 		if (!n)
@@ -105,7 +105,7 @@ int bench_timed_batches(const char *what, double seconds, uint64_t exact,
 		err = fn(arg, n);
 		n_done += n;
 		now = bench_now_ns();
-		if (!exact && now >= deadline)
+		if (seconds > 0 && now >= deadline)
 			break;
 		bench_progress("%s: %.1f s", what, (double)(now - t0) / 1e9);
 	}

@@ -132,12 +132,12 @@ void bench_sleep_until(uint64_t t);
 
 /*
  * Call fn(arg, n) with n up to `batch`, reading the clock between calls,
- * until `seconds` have passed or, when `exact` is non-zero, exactly
- * `exact` units are done (for callgrind, which wants a fixed count). The
- * progress line shows `what`. Sets *done and *secs; returns 0 or the
- * first non-zero result of fn.
+ * until `seconds` have passed (0: no deadline) or `cap` units are done
+ * (0: no cap), whichever comes first: a cap without a deadline gives the
+ * fixed count callgrind wants. The progress line shows `what`. Sets
+ * *done and *secs; returns 0 or the first non-zero result of fn.
  */
-int bench_timed_batches(const char *what, double seconds, uint64_t exact,
+int bench_timed_batches(const char *what, double seconds, uint64_t cap,
 			uint64_t batch, int (*fn)(void *arg, uint64_t n),
 			void *arg, uint64_t *done, double *secs);
 
