@@ -5,8 +5,8 @@
 #
 #   bench/callgrind-read.sh [FOLIO_BENCH] [ITERS] [-- extra randread options]
 #
-# FOLIO_BENCH defaults to the first folio-bench found in build-rb/,
-# build-bench/, build/release/ or build/. Collection is toggled on only
+# FOLIO_BENCH defaults to the first folio-bench found in build-bench/,
+# build/release/ or build/. Collection is toggled on only
 # inside the function holding each timed loop (randread_loop_<variant>),
 # which runs exactly ITERS reads (default 100000) at random offsets of a
 # 16 MiB file (--size overrides) after the file was cached, so
@@ -18,29 +18,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bin=${1:-}
-if [ -z "$bin" ]; then
-	for b in build-rb build-bench build/release build; do
-		if [ -x "$b/examples/folio-bench" ]; then
-			bin=$b/examples/folio-bench
-			break
-		fi
-	done
-fi
-[ -n "$bin" ] && [ -x "$bin" ] || {
-	echo "callgrind-read.sh: no folio-bench binary (build first)" >&2
-	exit 2
-}
-iters=${2:-100000}
-shift $(( $# > 2 ? 2 : $# ))
-[ "${1:-}" = "--" ] && shift
-command -v valgrind >/dev/null || {
-	echo "callgrind-read.sh: valgrind not installed" >&2
-	exit 2
-}
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+script=callgrind-read.sh
+. bench/callgrind-common.sh
+cg_setup "$@"
 
 declare -A per
 printf '%-8s %14s %12s\n' variant Ir instr/read
@@ -48,13 +28,14 @@ for v in lib memcpy pread; do
 	out=$tmp/callgrind.$v
 	valgrind --tool=callgrind --callgrind-out-file="$out" \
 		--toggle-collect="randread_loop_$v*" \
-		"$bin" randread --only "$v" --iters "$iters" --size 16M "$@" \
+		"$bin" randread --only "$v" --iters "$iters" --size 16M \
+		"${extra[@]}" \
 		>"$tmp/stdout.$v" 2>"$tmp/stderr.$v" || {
 		echo "callgrind-read.sh: $v run failed:" >&2
 		cat "$tmp/stderr.$v" >&2
 		exit 1
 	}
-	ir=$(awk '$1 == "summary:" || $1 == "totals:" { print $2; exit }' "$out")
+	ir=$(cg_ir "$out")
 	per[$v]=$(awk -v ir="$ir" -v n="$iters" 'BEGIN { printf "%.1f", ir / n }')
 	printf '%-8s %14d %12s\n' "$v" "$ir" "${per[$v]}"
 	[ "$v" = lib ] && cp "$out" "$tmp/keep.lib"
@@ -66,9 +47,4 @@ awk -v l="${per[lib]}" -v m="${per[memcpy]}" 'BEGIN {
 		d, d <= 150 ? "met" : "NOT met" }'
 echo
 echo "Top functions of one library read (Ir / $iters reads):"
-callgrind_annotate "$tmp/keep.lib" 2>/dev/null |
-	awk -v n="$iters" '/^ *[0-9,]+ +\([ 0-9.]+%\) +/ && !/PROGRAM TOTALS/ {
-		ir = $1; gsub(",", "", ir); name = $NF
-		for (i = 3; i <= NF; i++) if ($i ~ /:/) { name = $i; break }
-		sub(/^.*:/, "", name); sub(/ .*$/, "", name)
-		if (++k <= 15) printf "  %8.1f  %s\n", ir / n, name }'
+cg_top "$tmp/keep.lib" "$iters"

@@ -142,25 +142,27 @@ if os.path.exists(rpath):
     seqread_title = "cold %d MiB file, median of %d rounds" % (
         w["params"]["size"] >> 20, w["params"]["rounds"])
 
-# (f) randread: hot reads/s and cold reads/s per variant.
+# (f) randread: hot reads/s and cold reads/s per variant, one file each
+# for the variants named "<phase> ...", labelled without the phase.
+def randread_dat(w, phase, header, cols):
+    with open(os.path.join(tmp, "randread-%s.dat" % phase), "w") as f:
+        f.write("# variant %s\n" % header)
+        for v in w["variants"]:
+            if v["name"].startswith(phase + " "):
+                f.write('"%s" %s\n' % (v["name"][len(phase) + 1:], " ".join(
+                    "%g" % c(v) for c in cols)))
+
 randread_title = ""
 qpath = os.path.join(data, "randread.json")
 if os.path.exists(qpath):
     w = load(qpath)
-    with open(os.path.join(tmp, "randread-hot.dat"), "w") as f:
-        f.write("# variant reads_per_s ns_per_read\n")
-        for v in w["variants"]:
-            if v["name"].startswith("hot "):
-                f.write('"%s" %g %g\n' % (v["name"][4:], v["reads_per_s"],
-                                          v["ns_per_read"]))
-    with open(os.path.join(tmp, "randread-cold.dat"), "w") as f:
-        f.write("# variant reads_per_s engine_amp\n")
-        for v in w["variants"]:
-            if v["name"].startswith("cold "):
-                f.write('"%s" %g %g\n' % (
-                    v["name"][5:], v["reads_per_s"],
-                    v.get("engine_bytes_per_byte_asked",
-                          v.get("device_bytes_per_byte_asked", 0))))
+    randread_dat(w, "hot", "reads_per_s ns_per_read",
+                 (lambda v: v["reads_per_s"], lambda v: v["ns_per_read"]))
+    # The library's bytes are the engine's; pread's the block layer's.
+    randread_dat(w, "cold", "reads_per_s bytes_read_per_byte_asked",
+                 (lambda v: v["reads_per_s"],
+                  lambda v: v.get("engine_bytes_per_byte_asked",
+                                  v.get("device_bytes_per_byte_asked", 0))))
     randread_title = "4 KiB random reads of a %d MiB file (seed %d)" % (
         w["params"]["size"] >> 20, w["params"]["seed"])
 

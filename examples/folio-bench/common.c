@@ -741,7 +741,7 @@ struct common_opt {
 
 static const struct common_opt common_opts[] = {
 	{"size", BOPT_SIZE, "SIZE", "data size (file, region or cache)"},
-	{"bs", BOPT_BS, "SIZE", "bytes per write"},
+	{"bs", BOPT_BS, "SIZE", "bytes per call (write or read)"},
 	{"jobs", BOPT_JOBS, "N", "threads"},
 	{"runtime", BOPT_RUNTIME, "SEC", "seconds per measured variant "
 					 "(fractional ok)"},
