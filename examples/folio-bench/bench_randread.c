@@ -506,6 +506,7 @@ static int run(struct bench_ctx *c)
 		err = run_hot(c, fd);
 	if (!err && cold)
 		err = run_cold(c, fd);
+	bench_note_coldness(c);
 	close(fd);
 	if (err) {
 		fprintf(stderr, "folio-bench randread: %s\n", strerror(-err));

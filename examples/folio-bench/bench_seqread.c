@@ -200,6 +200,7 @@ static int run(struct bench_ctx *c)
 	int dfd = err ? -1 : bench_direct_fd(c, fd, &uring);
 	for (unsigned i = 0; i < bss.n && !err; i++)
 		err = run_bs(c, fd, dfd, uring, bss.v[i]);
+	bench_note_coldness(c);
 	if (dfd >= 0)
 		close(dfd);
 	close(fd);

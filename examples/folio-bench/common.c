@@ -326,6 +326,9 @@ double bench_drop_kernel_cache(struct bench_ctx *c, int fd, uint64_t size)
 	if (r)
 		return -r;
 	double res = bench_resident_fraction(fd, size);
+	if (res > c->max_resident)
+		c->max_resident = res;
+	c->dropped_cache = true;
 	/* Pages some other process maps (or that writeback still holds)
 	 * survive DONTNEED: then the "cold" figures are partly hot. */
 	if (res > 0.01 && !c->warned_not_cold) {
@@ -336,6 +339,17 @@ double bench_drop_kernel_cache(struct bench_ctx *c, int fd, uint64_t size)
 			   res * 100);
 	}
 	return res;
+}
+
+void bench_note_coldness(struct bench_ctx *c)
+{
+	if (!c->dropped_cache)
+		return;
+	bench_param_num(c, "max_resident_before_cold", c->max_resident);
+	bench_note(c, "cold check (mincore after fsync + FADV_DONTNEED): at "
+		      "most %.2f%% of the file in the kernel page cache before "
+		      "a cold round",
+		   c->max_resident * 100);
 }
 
 double bench_warm_kernel_cache(int fd, uint64_t size)

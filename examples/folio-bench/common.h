@@ -217,6 +217,11 @@ double bench_resident_fraction(int fd, uint64_t size);
  */
 double bench_drop_kernel_cache(struct bench_ctx *c, int fd, uint64_t size);
 
+/* A note with the most of a file that bench_drop_kernel_cache() found
+ * still cached, so that every cold table says how cold it was; also the
+ * parameter max_resident_before_cold. Nothing when it was never called. */
+void bench_note_coldness(struct bench_ctx *c);
+
 /* Read the whole file through `fd` once, so the kernel caches it; returns
  * the resident fraction afterwards (mincore), or -errno. */
 double bench_warm_kernel_cache(int fd, uint64_t size);
@@ -363,6 +368,8 @@ struct bench_ctx {
 	unsigned nnotes;
 	char notes[BENCH_MAX_NOTES][200];
 	bool warned_not_cold; /* bench_drop_kernel_cache() said so */
+	bool dropped_cache;   /* bench_drop_kernel_cache() was called */
+	double max_resident;  /* the most of the file it found left */
 	int exit_code; /* of a legacy run(argc, argv) workload */
 	bool legacy;
 };
