@@ -5,8 +5,10 @@
  * reopening, and the posix engine under a mapping on real files.
  */
 #include <fcntl.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <errno.h>
@@ -327,6 +329,100 @@ static void test_read_eof_and_coalescing(void **state)
 	assert_int_equal(folio_mapping_read(m, buf, 0, 0), 0);
 	free(buf);
 	free(orig);
+}
+
+/*
+ * Cached reads take no request: a hot read costs no engine read, a read
+ * of a partly uptodate folio is served from the cache up to the first
+ * missing block and read from the engine from there, and what a read
+ * returns is the cache's content, not the engine's.
+ */
+static void test_read_cached(void **state)
+{
+	struct fixture *fx = *state;
+	struct folio_mapping *m = fx->map;
+	unsigned char *orig = malloc(MIB), *buf = malloc(256 * 1024);
+	fill(orig, MIB, 1);
+	/* One block written (not read) makes a folio partly uptodate. */
+	unsigned char w[4096];
+	memset(w, 0x5a, sizeof(w));
+	assert_int_equal(folio_mapping_write(m, w, sizeof(w), 8192), 4096);
+	memcpy(orig + 8192, w, sizeof(w));
+	uint64_t before = test_mem_stats(fx->engine).read_requests;
+	assert_int_equal(folio_mapping_read(m, buf, 4096, 8192), 4096);
+	assert_memory_equal(buf, w, 4096);
+	assert_int_equal(test_mem_stats(fx->engine).read_requests, before);
+	/* Partly cached: the written block comes from the cache, the runs
+	 * either side of it from one engine read each. */
+	assert_int_equal(folio_mapping_read(m, buf, 64 * 1024, 0), 64 * 1024);
+	assert_memory_equal(buf, orig, 64 * 1024);
+	assert_int_equal(test_mem_stats(fx->engine).read_requests,
+			 before + 2);
+	/* A read over cached folios then a cold one: only the cold part
+	 * is read. */
+	assert_int_equal(folio_mapping_read(m, buf, 128 * 1024, 0),
+			 128 * 1024);
+	assert_memory_equal(buf, orig, 128 * 1024);
+	assert_int_equal(test_mem_stats(fx->engine).read_requests,
+			 before + 3);
+	/* Hot now: any read inside costs nothing, up to EOF. */
+	for (unsigned i = 0; i < 64; i++) {
+		uint64_t pos = (uint64_t)i * 2011 % (128 * 1024 - 5000);
+		assert_int_equal(folio_mapping_read(m, buf, 5000, pos), 5000);
+		assert_memory_equal(buf, orig + pos, 5000);
+	}
+	assert_int_equal(test_mem_stats(fx->engine).read_requests,
+			 before + 3);
+	/* The cache wins over the engine: a change behind its back is not
+	 * seen by a cached read. */
+	unsigned char z[4096] = {0};
+	assert_int_equal(folio_engine_mem_poke(fx->engine, z, sizeof(z), 0),
+			 0);
+	assert_int_equal(folio_mapping_read(m, buf, 4096, 0), 4096);
+	assert_memory_equal(buf, orig, 4096);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	free(orig);
+	free(buf);
+}
+
+/* A reader of a folio someone holds locked waits for it (the cached
+ * path only tries the lock) and sees what the holder wrote. */
+struct held_read {
+	struct folio_mapping *m;
+	unsigned char buf[4096];
+	atomic_bool done;
+	ssize_t r;
+};
+
+static void *held_reader(void *arg)
+{
+	struct held_read *h = arg;
+	h->r = folio_mapping_read(h->m, h->buf, sizeof(h->buf), 4096);
+	atomic_store(&h->done, true);
+	return NULL;
+}
+
+static void test_read_cached_held(void **state)
+{
+	struct fixture *fx = *state;
+	struct folio_mapping *m = fx->map;
+	unsigned char b[64 * 1024];
+	assert_int_equal(folio_mapping_read(m, b, sizeof(b), 0), sizeof(b));
+	struct folio *f;
+	assert_int_equal(folio_mapping_write_begin(m, 4096, 4096, &f), 4096);
+	struct held_read h = {.m = m, .done = false};
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, held_reader, &h), 0);
+	usleep(20000);
+	assert_false(atomic_load(&h.done));
+	memset((unsigned char *)folio_data(f) + 4096, 0x77, 4096);
+	assert_int_equal(folio_mapping_write_end(m, f, 4096, 4096), 4096);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(h.r, 4096);
+	unsigned char want[4096];
+	memset(want, 0x77, sizeof(want));
+	assert_memory_equal(h.buf, want, sizeof(want));
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
 }
 
 static void test_truncate(void **state)
@@ -937,6 +1033,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_write_end_prepared_range,
 						setup_1m, teardown),
 		cmocka_unit_test(test_read_pieces_fail),
+		cmocka_unit_test_setup_teardown(test_read_cached, setup_1m,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_read_cached_held,
+						setup_1m, teardown),
 		cmocka_unit_test_setup_teardown(test_truncate_engine_fails,
 						setup_1m, teardown),
 		cmocka_unit_test_setup_teardown(test_invalidate_ranges,

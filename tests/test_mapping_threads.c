@@ -9,6 +9,8 @@
  *    straddling a folio) while readers check that no record is ever torn;
  *    at the end every record holds the last write of one of the threads,
  *    as some serial order of the writes would.
+ *  - Whole folios: readers never see a folio half overwritten, while a
+ *    pool reclaims folios under them.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -281,11 +284,116 @@ static void test_overlapping(void **state)
 	free(rs);
 }
 
+/*
+ * Whole folios, read while they are overwritten and reclaimed: a writer
+ * fills one folio at a time with one byte value, readers read whole
+ * folios (mostly cached: the read fast path) and must never see two
+ * values in one, while a shrinker keeps taking clean folios away so that
+ * reads also find folios missing, re-read, or leaving under them.
+ */
+#define WF_FOLIO (64 * 1024)
+#define WF_FOLIOS 32
+#define WF_READERS 2
+
+struct wf_shared {
+	struct folio_mapping *map;
+	struct folio_pool *pool;
+	atomic_bool stop;
+	atomic_int torn;
+	atomic_uint reads;
+};
+
+static void *wf_reader(void *arg)
+{
+	struct wf_shared *w = arg;
+	unsigned char *buf = malloc(WF_FOLIO);
+	uint64_t rng = (uint64_t)(uintptr_t)arg ^ (uint64_t)(uintptr_t)buf;
+	while (!atomic_load(&w->stop)) {
+		uint64_t i = test_rand_below(&rng, WF_FOLIOS);
+		if (folio_mapping_read(w->map, buf, WF_FOLIO, i * WF_FOLIO) !=
+		    WF_FOLIO) {
+			atomic_fetch_add(&w->torn, 1);
+			continue;
+		}
+		for (size_t k = 1; k < WF_FOLIO; k++)
+			if (buf[k] != buf[0]) {
+				atomic_fetch_add(&w->torn, 1);
+				break;
+			}
+		atomic_fetch_add(&w->reads, 1);
+	}
+	free(buf);
+	return NULL;
+}
+
+static void *wf_shrinker(void *arg)
+{
+	struct wf_shared *w = arg;
+	while (!atomic_load(&w->stop)) {
+		folio_pool_shrink(w->pool, 4 * WF_FOLIO);
+		usleep(200);
+	}
+	return NULL;
+}
+
+static void test_whole_folio_reads(void **state)
+{
+	(void)state;
+	struct wf_shared w = {.stop = false};
+	uint64_t seed = test_seed("mapping_threads_whole_folio");
+	uint64_t rng = seed;
+	struct folio_engine *e;
+	assert_int_equal(folio_engine_mem(&e, 16u << 20), 0);
+	struct folio_pool_opts po = {.sz = sizeof(po),
+				     .budget = WF_FOLIOS * WF_FOLIO / 2,
+				     .flusher_threads = 1};
+	assert_int_equal(folio_pool_new(&w.pool, &po), 0);
+	struct folio_mapping_opts o = {.sz = sizeof(o),
+				       .min_folio_size = WF_FOLIO,
+				       .max_folio_size = WF_FOLIO,
+				       .size = WF_FOLIOS * WF_FOLIO,
+				       /* Writeback copies out of the folio
+				        * while no writer changes it. */
+				       .flags = FOLIO_MAPPING_STABLE_WRITES,
+				       .engine = e,
+				       .pool = w.pool};
+	assert_int_equal(folio_mapping_new(&w.map, &o), 0);
+	pthread_t r[WF_READERS], sh;
+	for (int i = 0; i < WF_READERS; i++)
+		assert_int_equal(pthread_create(&r[i], NULL, wf_reader, &w), 0);
+	assert_int_equal(pthread_create(&sh, NULL, wf_shrinker, &w), 0);
+	unsigned char *buf = malloc(WF_FOLIO);
+	unsigned writes = test_iters(3000, 300);
+	for (unsigned n = 0; n < writes; n++) {
+		uint64_t i = test_rand_below(&rng, WF_FOLIOS);
+		memset(buf, (int)(1 + n % 255), WF_FOLIO);
+		assert_int_equal(folio_mapping_write(w.map, buf, WF_FOLIO,
+						     i * WF_FOLIO),
+				 WF_FOLIO);
+	}
+	/* Readers get some time after the last write too. */
+	while (atomic_load(&w.reads) < writes / 4)
+		usleep(1000);
+	atomic_store(&w.stop, true);
+	for (int i = 0; i < WF_READERS; i++)
+		pthread_join(r[i], NULL);
+	pthread_join(sh, NULL);
+	if (atomic_load(&w.torn))
+		fail_msg("%d torn or short whole-folio reads (seed %llu)",
+			 atomic_load(&w.torn), (unsigned long long)seed);
+	assert_int_equal(folio_mapping_sync(w.map, NULL), 0);
+	assert_int_equal(folio_mapping_free(w.map), 0);
+	assert_int_equal(folio_pool_free(w.pool), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_disjoint),
 		cmocka_unit_test(test_overlapping),
+		cmocka_unit_test(test_whole_folio_reads),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

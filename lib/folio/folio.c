@@ -182,7 +182,7 @@ uint64_t folio_pos(const struct folio *f)
 
 size_t folio_size(const struct folio *f)
 {
-	return f ? (size_t)1 << f->size_shift : 0;
+	return f ? folio_bytes(f) : 0;
 }
 
 size_t folio_block_size(const struct folio *f)
@@ -249,31 +249,18 @@ void folio_wait_flag_clear(struct folio *f, unsigned bit)
 	folio_wait_flag_clear_for(f, bit, NULL);
 }
 
-/* Atomically set `bit` if it is clear. */
-static bool try_set_flag(struct folio *f, unsigned bit)
-{
-	unsigned v = atomic_load_explicit(&f->flags, memory_order_relaxed);
-	while (!(v & bit)) {
-		if (atomic_compare_exchange_weak_explicit(
-			    &f->flags, &v, v | bit, memory_order_acquire,
-			    memory_order_relaxed))
-			return true;
-	}
-	return false;
-}
-
 int folio_trylock(struct folio *f)
 {
 	if (!f)
 		return -EINVAL;
-	return try_set_flag(f, FOLIO_F_LOCKED) ? 1 : 0;
+	return folio_lock_nowait(f) ? 1 : 0;
 }
 
 int folio_lock(struct folio *f)
 {
 	if (!f)
 		return -EINVAL;
-	while (!try_set_flag(f, FOLIO_F_LOCKED))
+	while (!folio_lock_nowait(f))
 		folio_wait_flag_clear(f, FOLIO_F_LOCKED);
 	return 0;
 }
@@ -284,8 +271,7 @@ int folio_unlock(struct folio *f)
 		return -EINVAL;
 	if (!test_flag(f, FOLIO_F_LOCKED))
 		return -EPERM;
-	/* A lock write_begin() took ends here whoever releases it. */
-	folio_clear_flag_wake(f, FOLIO_F_LOCKED | FOLIO_F_WRITE_BEGIN);
+	folio_release(f);
 	return 0;
 }
 
@@ -293,7 +279,7 @@ int folio_start_writeback(struct folio *f)
 {
 	if (!f)
 		return -EINVAL;
-	return try_set_flag(f, FOLIO_F_WRITEBACK) ? 0 : -EBUSY;
+	return folio_try_set_flag(f, FOLIO_F_WRITEBACK) ? 0 : -EBUSY;
 }
 
 int folio_end_writeback(struct folio *f)

@@ -464,6 +464,37 @@ struct folio *mapping_find_or_create_locked(
 	}
 }
 
+struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos)
+{
+	struct folio *f = folio_hint.folio;
+	if (f && folio_hint.id == m->id &&
+	    pos - f->pos < folio_bytes(f)) {
+		if (!folio_lock_nowait(f))
+			return NULL;
+		if (folio_test_removed(f)) {
+			folio_release(f);
+			return NULL;
+		}
+	} else {
+		/* Locked under index_lock, the folio cannot leave the index
+		 * before the lock is ours, and then not without it: no
+		 * reference and no hint change is needed, so a hot random
+		 * reader writes nothing but the folio's lock word. */
+		pthread_rwlock_rdlock(&m->index_lock);
+		f = index_lookup(&m->index, mapping_key(m, pos));
+		if (f && !folio_lock_nowait(f))
+			f = NULL;
+		pthread_rwlock_unlock(&m->index_lock);
+		if (!f)
+			return NULL;
+		if (m->cache)
+			folio_note_access(f);
+	}
+	if (m->cache)
+		cache_count(m, true);
+	return f;
+}
+
 int mapping_cache_reserve(struct folio_mapping *m,
 			  struct mapping_cache_credit *credit)
 {

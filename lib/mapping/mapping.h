@@ -241,6 +241,15 @@ struct mapping_cache_credit {
 };
 
 /*
+ * The cached folio holding pos, locked without waiting, or NULL when it
+ * is not cached or someone else holds its lock: the read fast path,
+ * which then takes the ordinary one. Counts a cache hit like
+ * mapping_find_or_create_locked() and never creates, charges, or
+ * changes the thread's hint. Caller holds io_lock shared.
+ */
+struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos);
+
+/*
  * The folio holding pos, locked and still in the index, created when
  * absent (see create_folio() for its size; a new folio is inserted
  * locked). The caller holds io_lock shared and may hold locks of folios

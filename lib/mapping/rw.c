@@ -453,6 +453,36 @@ static int queue_missing(struct rq_builder *b, struct read_slot *s)
 	return 0;
 }
 
+/*
+ * Copy what cached, uptodate folios hold of [pos, pos+len), in order,
+ * until a folio is missing, busy or not wholly uptodate over the part
+ * wanted: no request, no io_group, no engine. Returns the bytes copied;
+ * the caller reads the rest the ordinary way. Caller holds io_lock
+ * shared and has clamped len to EOF.
+ */
+static size_t read_cached(struct folio_mapping *m, unsigned char *dst,
+			  size_t len, uint64_t pos)
+{
+	size_t done = 0;
+	while (done < len) {
+		uint64_t p = pos + done;
+		struct folio *f = mapping_trylock_cached(m, p);
+		if (!f)
+			break;
+		size_t off = (size_t)(p - f->pos);
+		size_t n = MIN(len - done, folio_bytes(f) - off);
+		bool ok = folio_all_uptodate(f) ||
+			  folio_is_uptodate(f, off, n) == 1;
+		if (ok)
+			memcpy(dst + done, f->data + off, n);
+		folio_release(f);
+		if (!ok)
+			break;
+		done += n;
+	}
+	return done;
+}
+
 ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 			   uint64_t pos)
 {
@@ -472,6 +502,7 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 	else
 		len = (size_t)MIN((uint64_t)len, eof - pos);
 
+	done = read_cached(m, dst, len, pos);
 	while (done < len && !err) {
 		struct read_slot slot[READ_BATCH];
 		unsigned n = 0;
