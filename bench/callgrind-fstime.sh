@@ -14,42 +14,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bin=${1:-}
-if [ -z "$bin" ]; then
-	for b in build-bench build/release build; do
-		if [ -x "$b/examples/folio-bench" ]; then
-			bin=$b/examples/folio-bench
-			break
-		fi
-	done
-fi
-[ -n "$bin" ] && [ -x "$bin" ] || {
-	echo "callgrind-fstime.sh: no folio-bench binary (build first)" >&2
-	exit 2
-}
-iters=${2:-100000}
-shift $(( $# > 2 ? 2 : $# ))
-[ "${1:-}" = "--" ] && shift
-command -v valgrind >/dev/null || {
-	echo "callgrind-fstime.sh: valgrind not installed" >&2
-	exit 2
-}
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+script=callgrind-fstime.sh
+. bench/callgrind-common.sh
+cg_setup "$@"
 
 printf '%-8s %14s %12s\n' variant Ir instr/write
 for v in lib pwrite memcpy; do
 	out=$tmp/callgrind.$v
 	valgrind --tool=callgrind --callgrind-out-file="$out" \
 		--toggle-collect="fstime_loop_$v*" \
-		"$bin" fstime --only "$v" --iters "$iters" "$@" \
+		"$bin" fstime --only "$v" --iters "$iters" "${extra[@]}" \
 		>"$tmp/stdout.$v" 2>"$tmp/stderr.$v" || {
 		echo "callgrind-fstime.sh: $v run failed:" >&2
 		cat "$tmp/stderr.$v" >&2
 		exit 1
 	}
-	ir=$(awk '$1 == "summary:" || $1 == "totals:" { print $2; exit }' "$out")
+	ir=$(cg_ir "$out")
 	awk -v v="$v" -v ir="$ir" -v n="$iters" \
 		'BEGIN { printf "%-8s %14d %12.1f\n", v, ir, ir / n }'
 	[ "$v" = lib ] && cp "$out" "$tmp/keep.lib"
@@ -57,9 +37,4 @@ done
 echo "(pwrite: user-space instructions only; the kernel's work is not counted)"
 echo
 echo "Top functions of one library write (Ir / $iters writes):"
-callgrind_annotate "$tmp/keep.lib" 2>/dev/null |
-	awk -v n="$iters" '/^ *[0-9,]+ +\([ 0-9.]+%\) +/ && !/PROGRAM TOTALS/ {
-		ir = $1; gsub(",", "", ir); name = $NF
-		for (i = 3; i <= NF; i++) if ($i ~ /:/) { name = $i; break }
-		sub(/^.*:/, "", name); sub(/ .*$/, "", name)
-		if (++k <= 15) printf "  %8.1f  %s\n", ir / n, name }'
+cg_top "$tmp/keep.lib" "$iters"

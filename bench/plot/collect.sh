@@ -10,7 +10,8 @@
 # bw=200M,lat=50), DIR (temporary files, default /var/tmp), BEFORE_EACH
 # (a command run before each benchmark, e.g. one that waits until the
 # machine is idle; default none).
-# Takes about 2 * 6 * 2 * RUNTIME s for randwrite-sync plus ~60 s.
+# Takes about 2 * 6 * 2 * RUNTIME s for randwrite-sync plus ~60 s, plus
+# about 3 minutes for seqread and randread (1 GiB, cold 4 KiB O_DIRECT).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -64,4 +65,8 @@ run seqwrite.json seqwrite --size 256M --runtime "$runtime" \
 # FIFO simulated on the same Zipf(0.99) trace over one 256 MiB working set.
 run pool-sweep.json pool --mode sweep --size 256M \
 	--budgets 1M,2M,4M,8M,16M,32M,64M --dir "$dir"
+# (e) cold sequential reads, 4 KiB and 128 KiB calls, per engine, and
+# (f) 4 KiB random reads hot and cold, of a 1 GiB file on --dir.
+run seqread.json seqread --size 1G --dir "$dir"
+run randread.json randread --size 1G --runtime "$runtime" --dir "$dir"
 echo "JSON in $out" >&2

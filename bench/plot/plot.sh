@@ -6,7 +6,8 @@
 # DATADIR defaults to doc/plots/data, OUTDIR to doc/plots. Needs python3
 # (to flatten the JSON into columns) and gnuplot with the pngcairo
 # terminal. Writes randwrite-wa.png, randwrite-mbs.png, fstime.png,
-# seqwrite.png and pool-hit-ratio.png.
+# seqwrite.png, pool-hit-ratio.png, seqread.png, randread-hot.png and
+# randread-cold.png.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
@@ -121,7 +122,53 @@ if os.path.exists(ppath):
         w["params"]["theta"], w["params"]["working_set"] >> 20,
         w["params"]["ops"])
 
+# (e) seqread: MB/s per variant, one column per read size.
+seqread_title = ""
+rpath = os.path.join(data, "seqread.json")
+if os.path.exists(rpath):
+    w = load(rpath)
+    bss = sorted({int(v["bs"]) for v in w["variants"]})
+    by = {(v["variant"], int(v["bs"])): v for v in w["variants"]}
+    order = []
+    for v in w["variants"]:
+        if v["variant"] not in order:
+            order.append(v["variant"])
+    with open(os.path.join(tmp, "seqread.dat"), "w") as f:
+        f.write("# variant " + " ".join("mbs_%d" % b for b in bss) + "\n")
+        for name in order:
+            f.write('"%s" %s\n' % (name, " ".join(
+                str(by[(name, b)]["mb_per_s"]) if (name, b) in by
+                else "NaN" for b in bss)))
+    seqread_title = "cold %d MiB file, median of %d rounds" % (
+        w["params"]["size"] >> 20, w["params"]["rounds"])
+
+# (f) randread: hot reads/s and cold reads/s per variant, one file each
+# for the variants named "<phase> ...", labelled without the phase.
+def randread_dat(w, phase, header, cols):
+    with open(os.path.join(tmp, "randread-%s.dat" % phase), "w") as f:
+        f.write("# variant %s\n" % header)
+        for v in w["variants"]:
+            if v["name"].startswith(phase + " "):
+                f.write('"%s" %s\n' % (v["name"][len(phase) + 1:], " ".join(
+                    "%g" % c(v) for c in cols)))
+
+randread_title = ""
+qpath = os.path.join(data, "randread.json")
+if os.path.exists(qpath):
+    w = load(qpath)
+    randread_dat(w, "hot", "reads_per_s ns_per_read",
+                 (lambda v: v["reads_per_s"], lambda v: v["ns_per_read"]))
+    # The library's bytes are the engine's; pread's the block layer's.
+    randread_dat(w, "cold", "reads_per_s bytes_read_per_byte_asked",
+                 (lambda v: v["reads_per_s"],
+                  lambda v: v.get("engine_bytes_per_byte_asked",
+                                  v.get("device_bytes_per_byte_asked", 0))))
+    randread_title = "4 KiB random reads of a %d MiB file (seed %d)" % (
+        w["params"]["size"] >> 20, w["params"]["seed"])
+
 with open(os.path.join(tmp, "vars.gp"), "w") as f:
+    f.write('seqread_title = "%s"\n' % seqread_title)
+    f.write('randread_title = "%s"\n' % randread_title)
     f.write('model_label = "%s"\n' % model_label)
     f.write("kernel_mbs = %s\n" % kernel)
     f.write('fstime_title = "%s"\n' % fstime_title)

@@ -105,3 +105,44 @@ plot tmp.'/pool-sweep.dat' using 1:($3*100) lw 2 pt 7 lc rgb '#1f77b4' \
        title 'pool (S3-FIFO)', \
      '' using 1:($4*100) lw 2 pt 5 lc rgb '#d62728' title 'LRU (simulated)', \
      '' using 1:($5*100) lw 2 pt 9 lc rgb '#2ca02c' title 'FIFO (simulated)'
+
+# (e) cold sequential reads: MB/s per variant, clustered by read size
+# (noenhanced: the labels say O_DIRECT, not O subscript DIRECT)
+set termoption noenhanced
+unset logscale
+set xtics auto
+set xrange [*:*]
+set yrange [0:*]
+set output out.'/seqread.png'
+set title "Cold sequential reads: ".seqread_title
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set boxwidth 0.9
+set ylabel 'MB/s'
+unset xlabel
+set key inside top right box opaque
+set offsets 0, 0, graph 0.1, 0
+plot tmp.'/seqread.dat' using 2:xtic(1) lc rgb '#1f77b4' title '4 KiB reads', \
+     '' using 3 lc rgb '#ff7f0e' title '128 KiB reads', \
+     '' using ($0-0.15):2:(sprintf('%.0f', $2)) with labels offset 0,0.7 notitle, \
+     '' using ($0+0.15):3:(sprintf('%.0f', $3)) with labels offset 0,0.7 notitle
+
+# (f1) hot 4 KiB random reads: reads/s per variant
+set output out.'/randread-hot.png'
+set title "Hot ".randread_title
+set style histogram clustered gap 1
+set boxwidth 0.6
+set ylabel 'million reads/s'
+set key off
+plot tmp.'/randread-hot.dat' using ($2/1e6):xtic(1) lc rgb '#1f77b4', \
+     '' using 0:($2/1e6):(sprintf('%.2f M/s, %.0f ns', $2/1e6, $3)) \
+       with labels offset 0,1 notitle
+
+# (f2) cold 4 KiB random reads: reads/s per variant
+set output out.'/randread-cold.png'
+set title "Cold ".randread_title
+set ylabel 'thousand reads/s'
+plot tmp.'/randread-cold.dat' using ($2/1e3):xtic(1) lc rgb '#2ca02c', \
+     '' using 0:($2/1e3):(sprintf("%.1f k/s\n%.2f B read / B asked", $2/1e3, $3)) \
+       with labels offset 0,1.5 notitle

@@ -90,13 +90,21 @@ struct target {
 	char *flat;
 };
 
-static int loop(struct target *t, const char *buf, struct cursor *c,
-		uint64_t n)
+/* What one batch of the timed loop needs (bench_timed_batches). */
+struct run_state {
+	struct target *t;
+	const char *buf;
+	struct cursor cur;
+};
+
+static int loop(void *arg, uint64_t n)
 {
-	switch (t->sink) {
-	case SINK_LIB: return fstime_loop_lib(t->m, buf, c, n);
-	case SINK_PWRITE: return fstime_loop_pwrite(t->fd, buf, c, n);
-	default: return fstime_loop_memcpy(t->flat, buf, c, n);
+	struct run_state *r = arg;
+	switch (r->t->sink) {
+	case SINK_LIB: return fstime_loop_lib(r->t->m, r->buf, &r->cur, n);
+	case SINK_PWRITE:
+		return fstime_loop_pwrite(r->t->fd, r->buf, &r->cur, n);
+	default: return fstime_loop_memcpy(r->t->flat, r->buf, &r->cur, n);
 	}
 }
 
@@ -139,30 +147,19 @@ static int measure(struct bench_ctx *c, struct target *t, const char *name,
 	if (!buf)
 		return -ENOMEM;
 	memset(buf, 'f', o->bs);
-	struct cursor cur = {0, o->bs, o->size};
+	struct run_state rs = {t, buf, {0, o->bs, o->size}};
 	int err = warm_pass(t, buf, o->bs, o->size);
-	uint64_t done = 0, t0 = bench_now_ns(), now = t0;
-	uint64_t deadline = t0 + (uint64_t)(o->runtime * 1e9);
-	const uint64_t batch = 4096;
-	while (!err) {
-		uint64_t n = iters ? iters - done : batch;
-		if (n > batch)
-			n = batch;
-		if (!n)
-			break;
-		err = loop(t, buf, &cur, n);
-		done += n;
-		now = bench_now_ns();
-		if (!iters && now >= deadline)
-			break;
-		bench_progress("fstime [%s]: %.1f s", name,
-			       (double)(now - t0) / 1e9);
-	}
-	bench_progress_done();
+	uint64_t done = 0;
+	double secs = 0;
+	char what[64];
+	snprintf(what, sizeof(what), "fstime [%s]", name);
+	if (!err)
+		err = bench_timed_batches(what, iters ? 0 : o->runtime, iters,
+					  4096, loop,
+					  &rs, &done, &secs);
 	free(buf);
 	if (err)
 		return err;
-	double secs = (double)(now - t0) / 1e9;
 	res->writes = done;
 	res->wps = secs > 0 ? (double)done / secs : 0;
 	res->mbs = res->wps * (double)o->bs / 1e6;

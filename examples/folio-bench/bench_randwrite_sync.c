@@ -115,24 +115,6 @@ struct result {
 	double mbs, iops, p50_us, p99_us, wa;
 };
 
-/* Fill the cache with the whole file in max-size folios, clean. */
-static int populate(struct folio_mapping *m, uint64_t size, size_t folio)
-{
-	size_t chunk = folio > MIB ? folio : MIB;
-	unsigned char *buf = malloc(chunk);
-	if (!buf)
-		return -ENOMEM;
-	int err = 0;
-	for (uint64_t at = 0; at < size && !err; at += chunk) {
-		size_t n = (size_t)(size - at < chunk ? size - at : chunk);
-		ssize_t r = folio_mapping_read(m, buf, n, at);
-		if (r != (ssize_t)n)
-			err = r < 0 ? (int)r : -EIO;
-	}
-	free(buf);
-	return err;
-}
-
 static void stats_add(struct folio_mapping_stats *sum,
 		      const struct folio_mapping_stats *st)
 {
@@ -160,11 +142,9 @@ static int open_file(struct bench_ctx *c, struct vfile *f, int fd,
 	/* A second open file description of the same file, so O_DIRECT
 	 * applies to the library's engine only. */
 	if (direct && o->engine != BENCH_ENGINE_MEM) {
-		char path[64];
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-		f->dfd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
+		f->dfd = bench_reopen(fd, O_RDWR | O_DIRECT);
 		if (f->dfd < 0)
-			return -errno;
+			return f->dfd;
 	}
 	int err = bench_engine_open(c, &f->be, o->engine,
 				    f->dfd >= 0 ? f->dfd : fd, size);
@@ -180,7 +160,10 @@ static int open_file(struct bench_ctx *c, struct vfile *f, int fd,
 		.engine = f->be.engine,
 	};
 	err = folio_mapping_new(&f->m, &mo);
-	return err ? err : populate(f->m, size, o->folio_size);
+	/* Whole file in max-size folios, clean. */
+	return err ? err
+		   : bench_populate(f->m, size,
+				    o->folio_size > MIB ? o->folio_size : MIB);
 }
 
 static int close_file(struct vfile *f)

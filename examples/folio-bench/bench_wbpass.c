@@ -65,29 +65,6 @@ static int side_close(struct side *s)
 	return err;
 }
 
-/* Cache [0, size) clean: the store is empty, so reads give zeros and
- * cost no device time. */
-static int populate(struct folio_mapping *m, uint64_t size)
-{
-	size_t chunk = MIB;
-	char *buf = malloc(chunk);
-	if (!buf)
-		return -ENOMEM;
-	int err = 0;
-	for (uint64_t at = 0; at < size && !err; at += chunk) {
-		size_t n = (size_t)(size - at < chunk ? size - at : chunk);
-		ssize_t r = folio_mapping_read(m, buf, n, at);
-		if (r != (ssize_t)n)
-			err = r < 0 ? (int)r : -EIO;
-		bench_progress("wbpass: caching %llu/%llu MiB",
-			       (unsigned long long)(at / MIB),
-			       (unsigned long long)(size / MIB));
-	}
-	bench_progress_done();
-	free(buf);
-	return err;
-}
-
 static int dirty_all(struct bench_ctx *c, struct folio_mapping *m,
 		     uint64_t stride, const char *buf)
 {
@@ -177,7 +154,9 @@ static int run(struct bench_ctx *c)
 	int err = side_open(c, &big, cached * o->folio_size);
 	if (!err) {
 		uint64_t t0 = bench_now_ns();
-		err = populate(big.m, cached * o->folio_size);
+		/* Cache it clean: the store is empty, so reads give zeros and
+		 * cost no device time. */
+		err = bench_populate(big.m, cached * o->folio_size, MIB);
 		fill_s = (double)(bench_now_ns() - t0) / 1e9;
 	}
 	if (!err) {

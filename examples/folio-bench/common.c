@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -86,6 +87,32 @@ void bench_sleep_until(uint64_t t)
 	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) ==
 	       EINTR)
 		;
+}
+
+int bench_timed_batches(const char *what, double seconds, uint64_t cap,
+			uint64_t batch, int (*fn)(void *arg, uint64_t n),
+			void *arg, uint64_t *done, double *secs)
+{
+	uint64_t n_done = 0, t0 = bench_now_ns(), now = t0;
+	uint64_t deadline = t0 + (uint64_t)(seconds * 1e9);
+	int err = 0;
+	while (!err) {
+		uint64_t n = cap ? cap - n_done : batch;
+		if (n > batch)
+			n = batch;
+		if (!n)
+			break;
+		err = fn(arg, n);
+		n_done += n;
+		now = bench_now_ns();
+		if (seconds > 0 && now >= deadline)
+			break;
+		bench_progress("%s: %.1f s", what, (double)(now - t0) / 1e9);
+	}
+	bench_progress_done();
+	*done = n_done;
+	*secs = (double)(now - t0) / 1e9;
+	return err;
 }
 
 /* ---- latencies ---------------------------------------------------------- */
@@ -255,6 +282,196 @@ void bench_engine_close(struct bench_engine *be)
 	folio_engine_free(be->mem);
 	devmodel_free(be->dm);
 	memset(be, 0, sizeof(*be));
+}
+
+/* ---- files for read workloads ------------------------------------------ */
+
+int bench_reopen(int fd, int flags)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	int r = open(path, flags | O_CLOEXEC);
+	return r < 0 ? -errno : r;
+}
+
+double bench_resident_fraction(int fd, uint64_t size)
+{
+	if (!size)
+		return 0;
+	long page = sysconf(_SC_PAGESIZE);
+	size_t pages = (size_t)((size + (uint64_t)page - 1) / (uint64_t)page);
+	void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	unsigned char *vec = malloc(pages);
+	double res = -ENOMEM;
+	if (vec && !mincore(p, (size_t)size, vec)) {
+		size_t in = 0;
+		for (size_t i = 0; i < pages; i++)
+			in += vec[i] & 1;
+		res = (double)in / (double)pages;
+	} else if (vec) {
+		res = -errno;
+	}
+	free(vec);
+	munmap(p, (size_t)size);
+	return res;
+}
+
+double bench_drop_kernel_cache(struct bench_ctx *c, int fd, uint64_t size)
+{
+	if (fsync(fd))
+		return -errno;
+	int r = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	if (r)
+		return -r;
+	double res = bench_resident_fraction(fd, size);
+	if (res > c->max_resident)
+		c->max_resident = res;
+	c->dropped_cache = true;
+	/* Pages some other process maps (or that writeback still holds)
+	 * survive DONTNEED: then the "cold" figures are partly hot. */
+	if (res > 0.01 && !c->warned_not_cold) {
+		c->warned_not_cold = true;
+		bench_note(c, "WARNING: %.1f%% of the file stayed in the "
+			      "kernel page cache after fsync + "
+			      "FADV_DONTNEED: cold figures are partly hot",
+			   res * 100);
+	}
+	return res;
+}
+
+void bench_note_coldness(struct bench_ctx *c)
+{
+	if (!c->dropped_cache)
+		return;
+	bench_param_num(c, "max_resident_before_cold", c->max_resident);
+	bench_note(c, "cold check (mincore after fsync + FADV_DONTNEED): at "
+		      "most %.2f%% of the file in the kernel page cache before "
+		      "a cold round",
+		   c->max_resident * 100);
+}
+
+double bench_warm_kernel_cache(int fd, uint64_t size)
+{
+	size_t chunk = MIB;
+	char *buf = malloc(chunk);
+	if (!buf)
+		return -ENOMEM;
+	int err = 0;
+	for (uint64_t at = 0; at < size && !err;) {
+		ssize_t n = pread(fd, buf, chunk, (off_t)at);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			err = n < 0 ? -errno : -EIO;
+		else
+			at += (uint64_t)n;
+	}
+	free(buf);
+	return err ? err : bench_resident_fraction(fd, size);
+}
+
+int bench_direct_fd(struct bench_ctx *c, int fd, bool *uring)
+{
+	*uring = false;
+	int dfd = bench_reopen(fd, O_RDONLY | O_DIRECT);
+	if (dfd < 0) {
+		bench_note(c, "O_DIRECT refused in %s (%s): direct variants "
+			      "skipped",
+			   c->o.dir, strerror(-dfd));
+		return -1;
+	}
+	struct folio_engine *e;
+	if (!folio_engine_uring(&e, dfd, 8, 0)) {
+		folio_engine_free(e);
+		*uring = true;
+	} else {
+		fprintf(stderr, "folio-bench %s: io_uring unavailable (not "
+				"built or refused by the kernel): the uring "
+				"variant is skipped\n",
+			c->cmd->name);
+		bench_note(c, "io_uring unavailable: uring variant skipped");
+	}
+	return dfd;
+}
+
+int bench_reader_open(struct bench_ctx *c, struct bench_reader *r,
+		      enum bench_engine_kind kind, int fd, uint64_t size)
+{
+	r->m = NULL;
+	int err = bench_engine_open(c, &r->be, kind, fd, size);
+	if (err)
+		return err;
+	struct folio_mapping_opts mo = {
+		.sz = sizeof(mo),
+		.block_size = c->o.block_size,
+		.max_folio_size = c->o.folio_size,
+		.size = size,
+		.engine = r->be.engine,
+	};
+	err = folio_mapping_new(&r->m, &mo);
+	if (err)
+		bench_engine_close(&r->be);
+	return err;
+}
+
+int bench_reader_close(struct bench_reader *r)
+{
+	int err = folio_mapping_free(r->m);
+	r->m = NULL;
+	bench_engine_close(&r->be);
+	return err;
+}
+
+const char *const bench_cold_name[BENCH_COLD_N] = {
+	"kernel pread",
+	"lib posix buffered",
+	"lib posix O_DIRECT",
+	"lib uring O_DIRECT",
+};
+
+bool bench_cold_runs(enum bench_cold k, int dfd, bool uring)
+{
+	if (k >= BENCH_COLD_POSIX_DIRECT && dfd < 0)
+		return false;
+	return k != BENCH_COLD_URING_DIRECT || uring;
+}
+
+int bench_cold_start(struct bench_ctx *c, enum bench_cold k, int fd,
+		     int dfd, struct bench_reader *r, double *resident)
+{
+	memset(r, 0, sizeof(*r));
+	*resident = bench_drop_kernel_cache(c, fd, c->o.size);
+	if (*resident < 0)
+		return (int)*resident;
+	if (k == BENCH_COLD_PREAD)
+		return 0;
+	return bench_reader_open(c, r,
+				 k == BENCH_COLD_URING_DIRECT
+					 ? BENCH_ENGINE_URING
+					 : BENCH_ENGINE_POSIX,
+				 k == BENCH_COLD_POSIX ? fd : dfd, c->o.size);
+}
+
+int bench_populate(struct folio_mapping *m, uint64_t size, size_t chunk)
+{
+	unsigned char *buf = malloc(chunk);
+	if (!buf)
+		return -ENOMEM;
+	int err = 0;
+	for (uint64_t at = 0; at < size && !err; at += chunk) {
+		size_t n = (size_t)(size - at < chunk ? size - at : chunk);
+		ssize_t r = folio_mapping_read(m, buf, n, at);
+		if (r != (ssize_t)n)
+			err = r < 0 ? (int)r : -EIO;
+		bench_progress("caching the file: %llu/%llu MiB",
+			       (unsigned long long)(at / MIB),
+			       (unsigned long long)(size / MIB));
+	}
+	bench_progress_done();
+	free(buf);
+	return err;
 }
 
 /* ---- threads ------------------------------------------------------------ */
@@ -538,7 +755,7 @@ struct common_opt {
 
 static const struct common_opt common_opts[] = {
 	{"size", BOPT_SIZE, "SIZE", "data size (file, region or cache)"},
-	{"bs", BOPT_BS, "SIZE", "bytes per write"},
+	{"bs", BOPT_BS, "SIZE", "bytes per call (write or read)"},
 	{"jobs", BOPT_JOBS, "N", "threads"},
 	{"runtime", BOPT_RUNTIME, "SEC", "seconds per measured variant "
 					 "(fractional ok)"},

@@ -130,6 +130,17 @@ uint64_t bench_now_ns(void);
 /* Sleep until bench_now_ns() >= t. */
 void bench_sleep_until(uint64_t t);
 
+/*
+ * Call fn(arg, n) with n up to `batch`, reading the clock between calls,
+ * until `seconds` have passed (0: no deadline) or `cap` units are done
+ * (0: no cap), whichever comes first: a cap without a deadline gives the
+ * fixed count callgrind wants. The progress line shows `what`. Sets
+ * *done and *secs; returns 0 or the first non-zero result of fn.
+ */
+int bench_timed_batches(const char *what, double seconds, uint64_t cap,
+			uint64_t batch, int (*fn)(void *arg, uint64_t n),
+			void *arg, uint64_t *done, double *secs);
+
 /* ---- latencies ---------------------------------------------------------- */
 
 struct bench_lat {
@@ -186,6 +197,83 @@ struct bench_engine {
 int bench_engine_open(struct bench_ctx *c, struct bench_engine *be,
 		      enum bench_engine_kind kind, int fd, uint64_t capacity);
 void bench_engine_close(struct bench_engine *be);
+
+/* ---- files for read workloads ------------------------------------------ */
+
+/* Another open file description of fd's file (through /proc/self/fd)
+ * with `flags` (e.g. O_RDWR | O_DIRECT), so O_DIRECT applies to one user
+ * of the file only. Returns an fd or -errno. */
+int bench_reopen(int fd, int flags);
+
+/* Share of the pages of [0, size) of fd in the kernel page cache (mincore
+ * on a read-only shared mmap, which faults nothing in), or -errno. */
+double bench_resident_fraction(int fd, uint64_t size);
+
+/*
+ * Make the kernel's copy of fd cold: fsync (dirty pages cannot be
+ * dropped), posix_fadvise(POSIX_FADV_DONTNEED), then check with mincore.
+ * Returns the resident fraction left, or -errno; above 1% it adds a note
+ * to c (once) saying that the figures are not cold.
+ */
+double bench_drop_kernel_cache(struct bench_ctx *c, int fd, uint64_t size);
+
+/* A note with the most of a file that bench_drop_kernel_cache() found
+ * still cached, so that every cold table says how cold it was; also the
+ * parameter max_resident_before_cold. Nothing when it was never called. */
+void bench_note_coldness(struct bench_ctx *c);
+
+/* Read the whole file through `fd` once, so the kernel caches it; returns
+ * the resident fraction afterwards (mincore), or -errno. */
+double bench_warm_kernel_cache(int fd, uint64_t size);
+
+/*
+ * The O_DIRECT descriptor the cold read variants use: a read-only
+ * O_DIRECT reopen of fd, or -1 (with a note) where the filesystem refuses
+ * O_DIRECT. *uring tells whether folio_engine_uring() works on it here
+ * (built with liburing and allowed by the kernel); when not, it says so
+ * on stderr and in a note, and the uring variant is to be skipped.
+ */
+int bench_direct_fd(struct bench_ctx *c, int fd, bool *uring);
+
+/* An engine and a cold mapping of `size` bytes over it. */
+struct bench_reader {
+	struct bench_engine be;
+	struct folio_mapping *m;
+};
+
+/* Engine `kind` on fd (O_DIRECT is detected from fd), mapping with the
+ * max folio and block sizes of c->o. 0 / -errno (printed by the engine
+ * part; nothing is left open on failure). */
+int bench_reader_open(struct bench_ctx *c, struct bench_reader *r,
+		      enum bench_engine_kind kind, int fd, uint64_t size);
+/* Free the mapping (it only has clean folios) and the engine. */
+int bench_reader_close(struct bench_reader *r);
+
+/* The cold read variants shared by the read workloads. */
+enum bench_cold {
+	BENCH_COLD_PREAD,        /* pread() on the buffered fd */
+	BENCH_COLD_POSIX,        /* the library, posix engine, buffered fd */
+	BENCH_COLD_POSIX_DIRECT, /* the library, posix engine, O_DIRECT fd */
+	BENCH_COLD_URING_DIRECT, /* the library, io_uring engine, O_DIRECT */
+	BENCH_COLD_N,
+};
+extern const char *const bench_cold_name[BENCH_COLD_N];
+
+/* Whether variant k can run with the dfd and *uring of bench_direct_fd. */
+bool bench_cold_runs(enum bench_cold k, int dfd, bool uring);
+
+/*
+ * Start a cold round of variant k: drop the kernel's pages of fd (see
+ * bench_drop_kernel_cache; *resident gets what stayed) and, for a library
+ * variant, open a new reader on fd or dfd (r->m stays NULL for pread).
+ * 0 / -errno.
+ */
+int bench_cold_start(struct bench_ctx *c, enum bench_cold k, int fd,
+		     int dfd, struct bench_reader *r, double *resident);
+
+/* Read [0, size) of m in `chunk` pieces so every block is cached (and in
+ * folios of up to `chunk` bytes). 0 / -errno. */
+int bench_populate(struct folio_mapping *m, uint64_t size, size_t chunk);
 
 /* ---- the device model (devmodel.c) -------------------------------------- */
 
@@ -279,6 +367,9 @@ struct bench_ctx {
 	} rows[BENCH_MAX_ROWS];
 	unsigned nnotes;
 	char notes[BENCH_MAX_NOTES][200];
+	bool warned_not_cold; /* bench_drop_kernel_cache() said so */
+	bool dropped_cache;   /* bench_drop_kernel_cache() was called */
+	double max_resident;  /* the most of the file it found left */
 	int exit_code; /* of a legacy run(argc, argv) workload */
 	bool legacy;
 };

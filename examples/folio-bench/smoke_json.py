@@ -119,8 +119,8 @@ if doc:
     if doc["default_run"] is not True:
         fail("default run: default_run is not true")
     names = {w["name"] for w in doc["workloads"]}
-    for n in ("randwrite-sync", "fstime", "seqwrite", "overwrite-threads",
-              "wbpass"):
+    for n in ("randwrite-sync", "fstime", "seqwrite", "seqread",
+              "randread", "overwrite-threads", "wbpass"):
         if n not in names:
             fail("default run: %s missing" % n)
     rv = variants(doc, "randwrite-sync")
@@ -171,6 +171,37 @@ if doc:
             got.get("max folio 2M") != 128 * 1024:
         fail("seqwrite: typical folio sizes %r" % got)
 
+# 4b. The read workloads: every library variant read from its engine, no
+# more requests per MiB than 4 KiB calls make, and the hot variants there.
+p = run(["seqread", "--json", "--size", "1M", "--rounds", "1", "--dir", TMP])
+doc = load(p, "seqread")
+if doc:
+    sv = variants(doc, "seqread")
+    if "kernel pread 4K" not in sv or "lib posix buffered 128K" not in sv:
+        fail("seqread: variants %r" % sorted(sv))
+    for name, v in sv.items():
+        number(v.get("mb_per_s"), "seqread/%s/mb_per_s" % name)
+        if name.startswith("lib"):
+            rpm = v.get("read_requests_per_mib")
+            if number(rpm, "seqread/%s/read_requests_per_mib" % name) and \
+                    rpm > 256:
+                fail("seqread/%s: %r requests per MiB" % (name, rpm))
+p = run(["randread", "--json", "--size", "1M", "--runtime", "0.05",
+         "--dir", TMP])
+doc = load(p, "randread")
+if doc:
+    rv = variants(doc, "randread")
+    for n in ("hot lib", "hot pread (tmpfs)", "hot memcpy",
+              "cold kernel pread", "cold lib posix buffered"):
+        if n not in rv:
+            fail("randread: variant %r missing" % n)
+        else:
+            number(rv[n].get("reads_per_s"), "randread/%s/reads_per_s" % n)
+    amp = rv.get("cold lib posix buffered", {}).get(
+        "engine_bytes_per_byte_asked")
+    if number(amp, "randread cold engine amplification") and amp > 1.1:
+        fail("randread: cold 4K reads read %r bytes per byte asked" % amp)
+
 # 5. Usage errors: exit 2 and a message, nothing on stdout.
 for args in (["--bogus"], ["nosuchworkload"], ["fstime", "--size", "abc"],
              ["fstime", "--size"], ["randwrite-sync", "--engine", "floppy"],
@@ -180,7 +211,8 @@ for args in (["--bogus"], ["nosuchworkload"], ["fstime", "--size", "abc"],
              ["randwrite-sync", "--folio-size", "3K"],
              ["randwrite-sync", "--device-model", "bw=fast"],
              ["randwrite-sync", "--dir", "/nonexistent/dir"],
-             ["wbpass", "--dirty", "x"]):
+             ["wbpass", "--dirty", "x"], ["seqread", "--rounds", "0"],
+             ["randread", "--phase", "warm"], ["randread", "--bs", "1000"]):
     p = run(args, rc=2)
     if not p.stderr.strip():
         fail("%s: no message on stderr" % " ".join(args))

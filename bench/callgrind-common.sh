@@ -1,0 +1,57 @@
+# SPDX-License-Identifier: MIT
+# Shared by the bench/callgrind-*.sh scripts that count instructions of a
+# folio-bench loop: sourced, not run. The caller has cd'ed to the source
+# root and set `script` to its own name for messages.
+
+# cg_bench_bin [FOLIO_BENCH]: print the binary to use, the argument or
+# the first folio-bench found in build-bench/, build/release/ or build/;
+# exit 2 when there is none, or when valgrind is missing.
+cg_bench_bin() {
+	local bin=${1:-} b
+	if [ -z "$bin" ]; then
+		for b in build-bench build/release build; do
+			if [ -x "$b/examples/folio-bench" ]; then
+				bin=$b/examples/folio-bench
+				break
+			fi
+		done
+	fi
+	[ -n "$bin" ] && [ -x "$bin" ] || {
+		echo "$script: no folio-bench binary (build first)" >&2
+		exit 2
+	}
+	command -v valgrind >/dev/null || {
+		echo "$script: valgrind not installed" >&2
+		exit 2
+	}
+	printf '%s\n' "$bin"
+}
+
+# cg_setup ARGS...: parse "[FOLIO_BENCH] [ITERS] [-- extra options]"
+# into bin, iters (default 100000) and the array extra, and make the
+# scratch directory tmp, removed on exit.
+cg_setup() {
+	bin=$(cg_bench_bin "${1:-}")
+	iters=${2:-100000}
+	shift $(( $# > 2 ? 2 : $# ))
+	[ "${1:-}" = "--" ] && shift
+	extra=("$@")
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+}
+
+# cg_ir OUTFILE: the total instruction count of a callgrind output file.
+cg_ir() {
+	awk '$1 == "summary:" || $1 == "totals:" { print $2; exit }' "$1"
+}
+
+# cg_top OUTFILE N: the 15 functions with the most instructions, each as
+# instructions per one of the N iterations.
+cg_top() {
+	callgrind_annotate "$1" 2>/dev/null |
+		awk -v n="$2" '/^ *[0-9,]+ +\([ 0-9.]+%\) +/ && !/PROGRAM TOTALS/ {
+			ir = $1; gsub(",", "", ir); name = $NF
+			for (i = 3; i <= NF; i++) if ($i ~ /:/) { name = $i; break }
+			sub(/^.*:/, "", name); sub(/ .*$/, "", name)
+			if (++k <= 15) printf "  %8.1f  %s\n", ir / n, name }'
+}
