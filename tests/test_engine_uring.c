@@ -3,8 +3,9 @@
  * Tests of the io_uring engine on real files. What it shares with the posix
  * engine is tested by engine_test_util.c; here is what is its own: many
  * requests in flight through small rings, the completion thread, several
- * threads submitting and waiting at once, completions that submit or wait,
- * and freeing with requests in flight. Where io_uring is unavailable the
+ * threads submitting and waiting at once (more than it has rings, across a
+ * file-size limit), requests whose submitter never waits, completions that
+ * submit or wait, and freeing with requests in flight. Where io_uring is unavailable the
  * whole program is skipped (see main()).
  */
 #include <setjmp.h>
@@ -18,7 +19,9 @@
 #include <cmocka.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -269,6 +272,174 @@ static void test_threads_completion_thread(void **state)
 	run_threads(FOLIO_URING_COMPLETION_THREAD, "uring_threads_ct");
 }
 
+/*
+ * More threads than the engine has rings, so some share one, each writing
+ * bursts across a file-size limit (RLIMIT_FSIZE): writes below it complete
+ * whole, those crossing it come back short (the engine resubmits the rest,
+ * which fails, and reports what was written), those past it fail with
+ * -EFBIG. Every burst ends with a flush, as concurrent syncers do.
+ */
+#define SE_THREADS 24
+#define SE_SLOTS 12
+#define SE_SLOT 8192
+
+struct se_arg {
+	struct folio_engine *e;
+	int fd;
+	int id;
+	unsigned rounds;
+	uint64_t limit;
+	uint64_t seed;
+	int errors;
+};
+
+static void *se_main(void *p)
+{
+	struct se_arg *a = p;
+	uint64_t seed = a->seed;
+	struct tio t[SE_SLOTS];
+	char *buf = xmalloc(SE_SLOTS * SE_SLOT), *chk = xmalloc(SE_SLOT);
+	for (unsigned round = 0; round < a->rounds; round++) {
+		uint64_t pos[SE_SLOTS];
+		size_t len[SE_SLOTS];
+		for (int k = 0; k < SE_SLOTS; k++) {
+			/* Slots interleave across threads, so every thread
+			 * has some below, across and past the limit. */
+			pos[k] = ((uint64_t)k * SE_THREADS + (uint64_t)a->id) *
+				 SE_SLOT;
+			len[k] = 1 + test_rand_below(&seed, SE_SLOT);
+			fill(buf + k * SE_SLOT, len[k], test_rand(&seed));
+			tio_prep(&t[k], FOLIO_IO_WRITE, pos[k],
+				 buf + k * SE_SLOT, len[k], 1 + k % 3,
+				 test_rand(&seed));
+			if (eng_submit(a->e, &t[k]))
+				a->errors++;
+		}
+		if (eng_unplug(a->e))
+			a->errors++;
+		for (int k = 0; k < SE_SLOTS; k++) {
+			while (!tio_done(&t[k]))
+				if (eng_wait(a->e))
+					a->errors++;
+			long want = pos[k] >= a->limit ? -EFBIG
+				    : len[k] < a->limit - pos[k]
+					    ? (long)len[k]
+					    : (long)(a->limit - pos[k]);
+			if (atomic_load(&t[k].result) != want)
+				a->errors++;
+			tio_free(&t[k]);
+			if (want <= 0)
+				continue;
+			if (pread(a->fd, chk, (size_t)want, (off_t)pos[k]) !=
+				    want ||
+			    memcmp(chk, buf + k * SE_SLOT, (size_t)want))
+				a->errors++;
+		}
+		if (eng_flush(a->e))
+			a->errors++;
+	}
+	free(buf);
+	free(chk);
+	return NULL;
+}
+
+static void test_threads_short_errors(void **state)
+{
+	(void)state;
+	struct tfile f;
+	if (!tfile_open(&f, NULL))
+		return;
+	uint64_t seed = test_seed("uring_short_errors");
+	struct folio_engine *e = uring_new(f.fd, 4, 0);
+	struct rlimit old, lim;
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+	void (*oldsig)(int) = signal(SIGXFSZ, SIG_IGN);
+	lim = old;
+	/* Inside slot row SE_SLOTS / 2, not on a slot boundary. */
+	uint64_t limit = (uint64_t)SE_SLOTS / 2 * SE_THREADS * SE_SLOT +
+			 SE_THREADS / 2 * SE_SLOT + 1234;
+	lim.rlim_cur = limit;
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	pthread_t th[SE_THREADS];
+	struct se_arg a[SE_THREADS];
+	for (int i = 0; i < SE_THREADS; i++) {
+		a[i] = (struct se_arg){.e = e, .fd = f.fd, .id = i,
+				       .rounds = test_iters(40, 6),
+				       .limit = limit,
+				       .seed = seed + (uint64_t)i * 131};
+		assert_int_equal(pthread_create(&th[i], NULL, se_main, &a[i]),
+				 0);
+	}
+	int errors = 0;
+	for (int i = 0; i < SE_THREADS; i++) {
+		assert_int_equal(pthread_join(th[i], NULL), 0);
+		errors += a[i].errors;
+	}
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+	signal(SIGXFSZ, oldsig);
+	assert_int_equal(errors, 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	tfile_close(&f);
+}
+
+/*
+ * Requests whose submitter never waits (it has gone): another thread's
+ * wait() must still complete them, though they sit in a ring it does not
+ * submit to.
+ */
+struct orphan_arg {
+	struct folio_engine *e;
+	struct tio *t;
+	char *buf;
+	int errors;
+};
+
+static void *orphan_main(void *p)
+{
+	struct orphan_arg *a = p;
+	for (int k = 0; k < 8; k++) {
+		tio_prep(&a->t[k], FOLIO_IO_WRITE, (uint64_t)k * 4096,
+			 a->buf + k * 4096, 4096, 1, 0);
+		if (eng_submit(a->e, &a->t[k]))
+			a->errors++;
+		/* Half unplugged, half left queued. */
+		if (k == 3 && eng_unplug(a->e))
+			a->errors++;
+	}
+	return NULL;
+}
+
+static void test_orphans(void **state)
+{
+	(void)state;
+	struct tfile f;
+	if (!tfile_open(&f, NULL))
+		return;
+	struct folio_engine *e = uring_new(f.fd, 4, 0);
+	struct tio t[8];
+	char *buf = xmalloc(8 * 4096), *chk = xmalloc(8 * 4096);
+	fill(buf, 8 * 4096, 77);
+	/* This thread has a ring of its own before the other submits. */
+	assert_int_equal(do_io(e, FOLIO_IO_WRITE, 65536, buf, 4096, 1, 0),
+			 4096);
+	struct orphan_arg a = {.e = e, .t = t, .buf = buf};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, orphan_main, &a), 0);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(a.errors, 0);
+	wait_all(e, t, 8);
+	for (int k = 0; k < 8; k++) {
+		assert_int_equal(atomic_load(&t[k].result), 4096);
+		tio_free(&t[k]);
+	}
+	assert_int_equal(pread(f.fd, chk, 8 * 4096, 0), 8 * 4096);
+	assert_memory_equal(chk, buf, 8 * 4096);
+	assert_int_equal(folio_engine_free(e), 0);
+	free(buf);
+	free(chk);
+	tfile_close(&f);
+}
+
 static void test_reentrant_submit(void **state)
 {
 	struct tfile f;
@@ -471,6 +642,8 @@ int main(void)
 		FE_ON_BOTH(direct_tail),
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_threads_completion_thread),
+		cmocka_unit_test(test_threads_short_errors),
+		cmocka_unit_test(test_orphans),
 		cmocka_unit_test(test_reentrant_submit),
 		cmocka_unit_test(test_wait_in_completion),
 		cmocka_unit_test(test_destroy_in_flight),

@@ -2,18 +2,36 @@
 /*
  * The io_uring engine.
  *
- * Locking: one mutex guards the submission side of the ring, the
- * counters and the request lists. The completion side has a single
- * consumer at a time, the "reaper" (a role taken under the mutex); it
- * waits for and reads CQEs without the mutex, so submitters never queue
- * behind a thread sleeping in the kernel. liburing keeps the two sides in
+ * Sharding: the engine owns up to URING_SHARDS rings, and a thread always
+ * submits to the same one (picked from a per-thread number), so threads
+ * that sync concurrently neither share a lock nor wake each other: each
+ * shard has its own mutex, counters and backlog, and is reaped by the
+ * threads that submit to it. Shard 0 is set up with the engine, so that
+ * creation reports a kernel without io_uring; the others on first use,
+ * falling back to shard 0 when the kernel refuses another ring.
+ *
+ * Within a shard, the mutex guards the submission side of the ring, the
+ * counters and the backlog. The completion side has a single consumer at
+ * a time, the shard's "reaper" (a role taken under the mutex); it waits
+ * for and reads CQEs without the mutex, so submitters never queue behind
+ * a thread sleeping in the kernel. liburing keeps the two sides in
  * separate fields, which is what makes that split safe. Completion
  * callbacks run with no lock held because they may submit again.
  *
- * Admission: at most cq_entries requests are in the kernel or queued for
- * it, so the completion queue cannot overflow. Requests beyond that wait
- * in a FIFO backlog in the engine and enter the ring as completions make
- * room; submit() therefore never blocks and never reaps.
+ * A waiter whose shard is being reaped by another thread, or has nothing
+ * of its own in flight, returns from wait() at once rather than sleeping
+ * on a condition: the library then sleeps on its own request group, which
+ * the delivering thread wakes, so no thread is woken for requests it does
+ * not wait for.
+ *
+ * Admission: at most cq_entries requests are in a ring or queued for it,
+ * so its completion queue cannot overflow. Requests beyond that wait in
+ * the shard's FIFO backlog and enter the ring as completions make room;
+ * submit() therefore never blocks and never reaps.
+ *
+ * With FOLIO_URING_COMPLETION_THREAD there is one shard, and the engine's
+ * thread is its only reaper: it sleeps in io_uring_wait_cqe() even with
+ * nothing in flight, and destroy wakes it with a NOP.
  */
 #include <liburing.h>
 #include <pthread.h>
@@ -52,19 +70,21 @@ static void mark_read_defined(const struct folio_io *io, ssize_t result)
 
 #define URING_MAX_DEPTH 4096u
 #define URING_CQE_BATCH 64
+/* Rings one engine may have. More threads than this share them. */
+#define URING_SHARDS 16u
 /* Give up retrying a request the kernel keeps bouncing (-EAGAIN etc.). */
 #define URING_MAX_RETRIES 10000
 /* How long a thread that must not leave waits between tries when the ring
- * itself fails. */
+ * itself fails or refuses SQEs. */
 #define URING_ERROR_PAUSE_NS 1000000L
 #define URING_FLAGS (FOLIO_ENGINE_DIRECT | FOLIO_URING_COMPLETION_THREAD)
 
 /* Per-request state: io->engine_data points here while the engine owns
- * the request. A fsync issued by flush() uses one with io == NULL. */
+ * the request. */
 struct ureq {
 	struct folio_io *io;
 	struct ureq *prev, *next; /* in-flight list of its op, by seq */
-	struct ureq *qnext;       /* backlog or a reaper's local list */
+	struct ureq *qnext;      /* backlog or a reaper's local list */
 	uint64_t seq;
 	size_t done;             /* bytes transferred so far */
 	const struct iovec *iov; /* what is left to transfer */
@@ -72,45 +92,59 @@ struct ureq {
 	struct iovec *own;       /* our copy of the iovecs, once resumed */
 	unsigned retries;
 	ssize_t result;          /* final result (reaper's local lists) */
-	bool finished;           /* fsync: its CQE has been seen */
 };
 
 struct ureq_list {
 	struct ureq *head, *tail;
 };
 
-struct uring_ctx {
+struct uring_ctx;
+
+/* One ring and what its lock guards. Aligned so that two shards never
+ * share a cache line. */
+struct ushard {
+	_Alignas(64) pthread_mutex_t lock;
 	struct io_uring ring;
-	struct engine_fd f;
-	bool use_thread;
-
-	pthread_mutex_t lock;
-	pthread_cond_t cv; /* any progress: CQEs handled, role released */
-
+	struct uring_ctx *c;
 	unsigned limit;     /* cq entries: most SQEs queued + in the kernel */
 	unsigned queued;    /* SQEs prepared, not yet taken by the kernel */
 	unsigned in_kernel; /* SQEs taken by the kernel, CQE not reaped */
 	struct ureq_list backlog;
 	struct ureq_list inflight[2]; /* by op, oldest first */
 	uint64_t seq;
-	uint64_t nreq;        /* accepted requests whose callback has not
-			       * returned yet */
-	uint64_t completions; /* progress counter */
-	unsigned syncs;       /* fsyncs in flight */
+	uint64_t nreq;      /* accepted requests whose callback has not
+			     * returned yet */
 	bool reaper;
-	bool closing;
+	unsigned drainers;  /* threads sleeping on cv in shard_drain_older */
+	pthread_cond_t cv;  /* progress, signalled only when drainers */
+	atomic_bool ready;  /* ring and lock set up (release/acquire) */
+};
+
+struct uring_ctx {
+	struct engine_fd f;
+	unsigned depth;
+	unsigned nshards;
+	bool use_thread;
+	atomic_bool closing;
+	pthread_mutex_t setup_lock; /* serialises setting up shards */
 
 	pthread_t thread;
 	bool thread_running;
-	bool thread_stop;
+	bool thread_stop; /* shard 0's lock */
+
+	struct ushard shards[URING_SHARDS];
 };
 
-/* Lets wait()/flush() notice they run on the completion thread, which
- * must then reap itself instead of sleeping until it does. */
+/* Lets wait() notice it runs on the completion thread, which must then
+ * reap itself instead of waiting until it does. */
 static _Thread_local struct uring_ctx *uring_thread_self;
 
-/* Requests this thread is delivering (see struct engine_own). */
+/* Requests this thread is delivering, per shard (see struct engine_own). */
 static _Thread_local struct engine_own uring_own;
+
+/* This thread's number, 0 until it first submits. */
+static _Thread_local unsigned uring_tid;
+static atomic_uint uring_next_tid;
 
 static void list_append(struct ureq_list *l, struct ureq *r)
 {
@@ -157,70 +191,107 @@ static struct ureq *fifo_pop(struct ureq_list *l)
 	return r;
 }
 
+static int shard_init(struct uring_ctx *c, struct ushard *s)
+{
+	/* SUBMIT_ALL (5.18) keeps one bad SQE from stalling the rest of a
+	 * batch; older kernels reject the flag and do without it. */
+	struct io_uring_params p = {.flags = IORING_SETUP_SUBMIT_ALL};
+	int ret = io_uring_queue_init_params(c->depth, &s->ring, &p);
+	if (ret == -EINVAL) {
+		memset(&p, 0, sizeof(p));
+		ret = io_uring_queue_init_params(c->depth, &s->ring, &p);
+	}
+	if (ret)
+		return ret;
+	if (pthread_mutex_init(&s->lock, NULL)) {
+		io_uring_queue_exit(&s->ring);
+		return -ENOMEM;
+	}
+	if (pthread_cond_init(&s->cv, NULL)) {
+		pthread_mutex_destroy(&s->lock);
+		io_uring_queue_exit(&s->ring);
+		return -ENOMEM;
+	}
+	s->c = c;
+	s->limit = s->ring.cq.ring_entries;
+	atomic_store_explicit(&s->ready, true, memory_order_release);
+	return 0;
+}
+
+/* The shard this thread submits to, set up on first use. */
+static struct ushard *my_shard(struct uring_ctx *c)
+{
+	if (!uring_tid)
+		uring_tid = atomic_fetch_add_explicit(&uring_next_tid, 1,
+						      memory_order_relaxed) +
+			    1;
+	struct ushard *s = &c->shards[(uring_tid - 1) % c->nshards];
+	if (atomic_load_explicit(&s->ready, memory_order_acquire))
+		return s;
+	pthread_mutex_lock(&c->setup_lock);
+	bool ok = atomic_load_explicit(&s->ready, memory_order_relaxed) ||
+		  !shard_init(c, s);
+	pthread_mutex_unlock(&c->setup_lock);
+	/* Out of memory or of rings: shard 0 always exists. */
+	return ok ? s : &c->shards[0];
+}
+
 /* Hand prepared SQEs to the kernel (lock held). Errors the next call may
  * get past (-EAGAIN, -EBUSY, -EINTR) leave the SQEs queued. */
-static int uring_submit_locked(struct uring_ctx *c)
+static int shard_submit(struct ushard *s)
 {
 	int ret = 0;
-	while (c->queued) {
-		ret = io_uring_submit(&c->ring);
+	while (s->queued) {
+		ret = io_uring_submit(&s->ring);
 		if (ret == -EINTR)
 			continue;
 		if (ret <= 0)
 			break;
-		c->queued -= MIN((unsigned)ret, c->queued);
-		c->in_kernel += (unsigned)ret;
+		s->queued -= MIN((unsigned)ret, s->queued);
+		s->in_kernel += (unsigned)ret;
 		ret = 0;
 	}
-	if (c->use_thread && c->in_kernel)
-		pthread_cond_broadcast(&c->cv);
 	return ret < 0 ? ret : 0;
 }
 
 /* A free SQE, submitting the queue when it is full (lock held). NULL when
  * the admission limit is reached or the kernel takes nothing. */
-static struct io_uring_sqe *uring_sqe(struct uring_ctx *c)
+static struct io_uring_sqe *shard_sqe(struct ushard *s)
 {
-	if (c->queued + c->in_kernel >= c->limit)
+	if (s->queued + s->in_kernel >= s->limit)
 		return NULL;
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&c->ring);
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
 	if (!sqe) {
-		uring_submit_locked(c);
-		sqe = io_uring_get_sqe(&c->ring);
+		shard_submit(s);
+		sqe = io_uring_get_sqe(&s->ring);
 	}
 	return sqe;
 }
 
 /* Put the rest of request r into the ring, or return false (lock held). */
-static bool uring_queue(struct uring_ctx *c, struct ureq *r)
+static bool shard_queue(struct ushard *s, struct ureq *r)
 {
-	struct io_uring_sqe *sqe = uring_sqe(c);
+	struct io_uring_sqe *sqe = shard_sqe(s);
 	if (!sqe)
 		return false;
 	struct folio_io *io = r->io;
+	int fd = s->c->f.fd;
 	unsigned n = (unsigned)engine_fd_iov_cut(r->iovcnt);
 	__u64 off = io->dev_pos + r->done;
 	if (io->op == FOLIO_IO_READ)
-		io_uring_prep_readv(sqe, c->f.fd, r->iov, n, off);
+		io_uring_prep_readv(sqe, fd, r->iov, n, off);
 	else
-		io_uring_prep_writev(sqe, c->f.fd, r->iov, n, off);
+		io_uring_prep_writev(sqe, fd, r->iov, n, off);
 	io_uring_sqe_set_data(sqe, r);
-	c->queued++;
+	s->queued++;
 	return true;
 }
 
 /* Move backlog requests into the ring while there is room (lock held). */
-static void uring_refill(struct uring_ctx *c)
+static void shard_refill(struct ushard *s)
 {
-	while (c->backlog.head && uring_queue(c, c->backlog.head))
-		fifo_pop(&c->backlog);
-}
-
-/* Queue r behind any backlog so requests keep their order (lock held). */
-static void uring_start(struct uring_ctx *c, struct ureq *r)
-{
-	if (c->backlog.head || !uring_queue(c, r))
-		fifo_push(&c->backlog, r);
+	while (s->backlog.head && shard_queue(s, s->backlog.head))
+		fifo_pop(&s->backlog);
 }
 
 /* Skip @n transferred bytes of r's iovecs. The caller's array is never
@@ -259,7 +330,8 @@ static bool ureq_advance(struct ureq *r, size_t n)
 enum cqe_action { CQE_DONE, CQE_AGAIN };
 
 /* Decide what a CQE means for r (reaper, lock held). */
-static enum cqe_action ureq_cqe(struct uring_ctx *c, struct ureq *r, int res)
+static enum cqe_action ureq_cqe(const struct uring_ctx *c, struct ureq *r,
+				int res)
 {
 	if (res == -EAGAIN || res == -EINTR || res == -ECANCELED) {
 		if (++r->retries <= URING_MAX_RETRIES)
@@ -283,68 +355,69 @@ static void ureq_free(struct ureq *r)
 }
 
 /*
- * One reaping round (lock held, role free, c->in_kernel > 0): take the
- * reaper role, wait for a CQE without the lock, then handle every CQE
- * ready under the lock (which also orders our reads of each request after
- * its submitter's writes) and deliver the finished requests with no lock
- * held. Returns with the lock held: the number of requests completed, or
- * a negative errno from io_uring.
+ * One reaping round of shard s (lock held, role free): take the reaper
+ * role, wait for a CQE without the lock (only peek unless @block), then
+ * handle every CQE ready under the lock (which also orders our reads of
+ * each request after its submitter's writes) and deliver the finished
+ * requests with no lock held. Returns with the lock held: the number of
+ * requests completed, or a negative errno from io_uring.
  */
-static int uring_reap(struct uring_ctx *c)
+static int shard_reap(struct ushard *s, bool block)
 {
 	struct io_uring_cqe *cqes[URING_CQE_BATCH];
 	struct ureq_list deliver = {0}, again = {0};
 	struct ureq *r;
 	unsigned n, ndone = 0;
-	int err;
+	int err = 0;
 
-	c->reaper = true;
-	pthread_mutex_unlock(&c->lock);
-	do
-		err = io_uring_wait_cqe(&c->ring, &cqes[0]);
-	while (err == -EINTR || err == -EAGAIN || err == -ETIME);
-	pthread_mutex_lock(&c->lock);
-	if (err) {
-		c->reaper = false;
-		pthread_cond_broadcast(&c->cv);
-		return err;
+	s->reaper = true;
+	if (block) {
+		pthread_mutex_unlock(&s->lock);
+		do
+			err = io_uring_wait_cqe(&s->ring, &cqes[0]);
+		while (err == -EINTR || err == -EAGAIN || err == -ETIME);
+		pthread_mutex_lock(&s->lock);
+		if (err) {
+			s->reaper = false;
+			if (s->drainers)
+				pthread_cond_broadcast(&s->cv);
+			return err;
+		}
 	}
-	n = io_uring_peek_batch_cqe(&c->ring, cqes, URING_CQE_BATCH);
+	n = io_uring_peek_batch_cqe(&s->ring, cqes, URING_CQE_BATCH);
 	for (unsigned i = 0; i < n; i++) {
 		r = io_uring_cqe_get_data(cqes[i]);
-		int res = cqes[i]->res;
-		if (!r->io) {
-			/* The fsync's owner sleeps in flush() until this. */
-			r->result = res;
-			r->finished = true;
-		} else if (ureq_cqe(c, r, res) == CQE_DONE) {
-			list_unlink(&c->inflight[r->io->op], r);
+		if (!r)
+			continue; /* destroy's NOP, waking the thread */
+		if (ureq_cqe(s->c, r, cqes[i]->res) == CQE_DONE) {
+			list_unlink(&s->inflight[r->io->op], r);
 			fifo_push(&deliver, r);
 			ndone++;
 		} else {
 			fifo_push(&again, r);
 		}
 	}
-	io_uring_cq_advance(&c->ring, n);
-	c->in_kernel -= n;
+	io_uring_cq_advance(&s->ring, n);
+	s->in_kernel -= n;
 	/* Resumed requests go before the backlog: they are older. */
 	while ((r = fifo_pop(&again))) {
-		if (!uring_queue(c, r)) {
-			r->qnext = c->backlog.head;
-			c->backlog.head = r;
-			if (!c->backlog.tail)
-				c->backlog.tail = r;
+		if (!shard_queue(s, r)) {
+			r->qnext = s->backlog.head;
+			s->backlog.head = r;
+			if (!s->backlog.tail)
+				s->backlog.tail = r;
 		}
 	}
-	uring_refill(c);
-	uring_submit_locked(c);
-	c->reaper = false;
-	pthread_cond_broadcast(&c->cv);
+	shard_refill(s);
+	shard_submit(s);
+	s->reaper = false;
+	if (s->drainers)
+		pthread_cond_broadcast(&s->cv);
 	if (!ndone)
 		return 0;
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&s->lock);
 
-	struct engine_own saved = engine_own_enter(&uring_own, c, ndone);
+	struct engine_own saved = engine_own_enter(&uring_own, s, ndone);
 	while ((r = fifo_pop(&deliver))) {
 		struct folio_io *io = r->io;
 		ssize_t result = r->result;
@@ -356,66 +429,16 @@ static int uring_reap(struct uring_ctx *c)
 	}
 	engine_own_leave(&uring_own, saved);
 
-	pthread_mutex_lock(&c->lock);
-	c->nreq -= ndone;
-	c->completions += ndone;
-	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_lock(&s->lock);
+	s->nreq -= ndone;
 	return (int)ndone;
 }
 
-/*
- * Make some progress on whatever is in flight (lock held; may drop it):
- * reap when this thread may, otherwise sleep until the thread that does
- * reports progress. Returns 0 or a fatal io_uring error.
- */
-static int uring_step(struct uring_ctx *c)
+/* May this thread reap shard s at all? With the completion thread only
+ * that thread does. */
+static bool may_reap(const struct ushard *s)
 {
-	uring_refill(c);
-	int s = uring_submit_locked(c);
-	bool may_reap = !c->reaper &&
-			(!c->use_thread || uring_thread_self == c);
-	if (may_reap && c->in_kernel) {
-		int ret = uring_reap(c);
-		return ret < 0 ? ret : 0;
-	}
-	if (!c->in_kernel && c->queued) {
-		/* The kernel refused the queue for now (-EAGAIN: out of
-		 * memory, -EBUSY: completions backlogged); try again soon
-		 * rather than sleeping on progress nobody will make. */
-		if (s != -EAGAIN && s != -EBUSY && s < 0)
-			return s;
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&c->cv, &c->lock, &ts);
-		return 0;
-	}
-	pthread_cond_wait(&c->cv, &c->lock);
-	return 0;
-}
-
-/* Is any request of @op with a sequence number <= @seq still in flight? */
-static bool older_inflight(const struct uring_ctx *c, int op, uint64_t seq)
-{
-	const struct ureq *h = c->inflight[op].head;
-	return h && h->seq <= seq;
-}
-
-/* Drive the ring until no write, and with @reads no read, accepted before
- * now is in flight (lock held; may drop it). 0 or a fatal io_uring
- * error. */
-static int uring_drain(struct uring_ctx *c, bool reads)
-{
-	uint64_t seq = c->seq;
-	int ret = 0;
-	while (!ret && (older_inflight(c, FOLIO_IO_WRITE, seq) ||
-			(reads && older_inflight(c, FOLIO_IO_READ, seq))))
-		ret = uring_step(c);
-	return ret;
+	return !s->c->use_thread || uring_thread_self == s->c;
 }
 
 /* ---- callbacks ------------------------------------------------------ */
@@ -433,6 +456,8 @@ static int uring_submit(void *arg, struct folio_io *io)
 		folio_io_complete(io, 0);
 		return 0;
 	}
+	if (atomic_load_explicit(&c->closing, memory_order_relaxed))
+		return -ESHUTDOWN;
 	struct ureq *r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
@@ -440,82 +465,136 @@ static int uring_submit(void *arg, struct folio_io *io)
 	r->iov = io->iov;
 	r->iovcnt = io->iovcnt;
 
-	pthread_mutex_lock(&c->lock);
-	if (c->closing) {
-		pthread_mutex_unlock(&c->lock);
-		free(r);
-		return -ESHUTDOWN;
-	}
+	struct ushard *s = my_shard(c);
+	pthread_mutex_lock(&s->lock);
 	io->engine_data = r;
-	r->seq = ++c->seq;
-	list_append(&c->inflight[io->op], r);
-	c->nreq++;
-	uring_start(c, r);
-	pthread_mutex_unlock(&c->lock);
+	r->seq = ++s->seq;
+	list_append(&s->inflight[io->op], r);
+	s->nreq++;
+	/* Behind any backlog, so that requests keep their order. */
+	if (s->backlog.head || !shard_queue(s, r))
+		fifo_push(&s->backlog, r);
+	pthread_mutex_unlock(&s->lock);
 	return 0;
 }
 
 static int uring_unplug(void *arg)
 {
-	struct uring_ctx *c = arg;
-	pthread_mutex_lock(&c->lock);
-	uring_refill(c);
-	int ret = uring_submit_locked(c);
-	pthread_mutex_unlock(&c->lock);
+	struct ushard *s = my_shard(arg);
+	pthread_mutex_lock(&s->lock);
+	shard_refill(s);
+	int ret = shard_submit(s);
+	pthread_mutex_unlock(&s->lock);
 	/* What the kernel refused now goes in with the next call. */
 	return ret == -EAGAIN || ret == -EBUSY ? 0 : ret;
+}
+
+/* Push shard s's queue and reap what is ready, without blocking: for
+ * requests of other threads that nobody is waiting in. */
+static int shard_help(struct ushard *s)
+{
+	if (pthread_mutex_trylock(&s->lock))
+		return 0;
+	shard_refill(s);
+	int ret = shard_submit(s);
+	if (ret == -EAGAIN || ret == -EBUSY)
+		ret = 0;
+	if (!ret && s->in_kernel && !s->reaper && may_reap(s)) {
+		int r = shard_reap(s, false);
+		ret = r < 0 ? r : 0;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return ret;
 }
 
 static int uring_wait(void *arg)
 {
 	struct uring_ctx *c = arg;
-	int ret = 0;
-	pthread_mutex_lock(&c->lock);
-	uint64_t seen = c->completions;
-	while (c->nreq > engine_own_of(&uring_own, c) &&
-	       c->completions == seen) {
-		ret = uring_step(c);
-		if (ret)
-			break;
+	struct ushard *s = my_shard(c);
+	int ret;
+
+	pthread_mutex_lock(&s->lock);
+	shard_refill(s);
+	ret = shard_submit(s);
+	if (ret == -EAGAIN || ret == -EBUSY)
+		ret = 0;
+	bool mine = s->nreq > engine_own_of(&uring_own, s);
+	if (!ret && mine && s->in_kernel && !s->reaper && may_reap(s)) {
+		int r = shard_reap(s, true);
+		pthread_mutex_unlock(&s->lock);
+		return r < 0 ? r : 0;
 	}
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&s->lock);
+	if (ret || mine)
+		return ret;
+	/* Nothing of ours in flight: whatever the caller waits for was
+	 * submitted by another thread, which may never wait for it. */
+	for (unsigned i = 0; !ret && i < c->nshards; i++) {
+		struct ushard *t = &c->shards[i];
+		if (t != s && atomic_load_explicit(&t->ready,
+						   memory_order_acquire))
+			ret = shard_help(t);
+	}
+	return ret;
+}
+
+/* Is any request of @op with a sequence number <= @seq in flight? */
+static bool older_inflight(const struct ushard *s, int op, uint64_t seq)
+{
+	const struct ureq *h = s->inflight[op].head;
+	return h && h->seq <= seq;
+}
+
+/*
+ * Drive this thread's shard until none of its writes, and with @reads
+ * none of its reads, accepted before now is in flight. Other shards are
+ * left alone: their writes belong to threads that wait for them, and
+ * waiting for them here is what made every syncer wait for all others.
+ * Returns 0 or a fatal io_uring error.
+ */
+static int shard_drain_older(struct ushard *s, bool reads)
+{
+	int ret = 0;
+	pthread_mutex_lock(&s->lock);
+	uint64_t seq = s->seq;
+	while (!ret && (older_inflight(s, FOLIO_IO_WRITE, seq) ||
+			(reads && older_inflight(s, FOLIO_IO_READ, seq)))) {
+		shard_refill(s);
+		int sub = shard_submit(s);
+		if (s->in_kernel && !s->reaper && may_reap(s)) {
+			int r = shard_reap(s, true);
+			ret = r < 0 ? r : 0;
+		} else if (s->reaper || s->c->use_thread) {
+			/* Whoever reaps signals: we hold no role. */
+			s->drainers++;
+			pthread_cond_wait(&s->cv, &s->lock);
+			s->drainers--;
+		} else if (sub == -EAGAIN || sub == -EBUSY || !sub) {
+			/* The kernel refused the queue for now. */
+			engine_unlocked_sleep(&s->lock, URING_ERROR_PAUSE_NS);
+		} else {
+			ret = sub;
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
 	return ret;
 }
 
 static int uring_flush(void *arg)
 {
 	struct uring_ctx *c = arg;
-	struct ureq f = {0};
-	struct io_uring_sqe *sqe;
-	int ret = 0;
-
-	pthread_mutex_lock(&c->lock);
-	if ((ret = uring_drain(c, false)))
-		goto out;
-	/* The fsync bypasses the backlog: it orders after the writes above,
-	 * which are all done, and nothing else. */
-	while (!(sqe = uring_sqe(c))) {
-		if ((ret = uring_step(c)))
-			goto out;
+	/* The writes this thread submitted are covered even when not yet
+	 * unplugged or complete. Those of other threads are covered once
+	 * complete (the contract), whichever ring carried them, so no other
+	 * ring is drained, and a synchronous fdatasync is one system call. */
+	int ret = shard_drain_older(my_shard(c), false);
+	if (ret)
+		return ret;
+	while (fdatasync(c->f.fd)) {
+		if (errno != EINTR)
+			return -errno;
 	}
-	io_uring_prep_fsync(sqe, c->f.fd, IORING_FSYNC_DATASYNC);
-	io_uring_sqe_set_data(sqe, &f);
-	c->queued++;
-	c->syncs++;
-	while (!f.finished) {
-		ret = uring_step(c);
-		if (ret && !f.finished) {
-			/* The CQE will still arrive and name &f; it must not
-			 * outlive this frame. Nothing better is left than to
-			 * keep trying. */
-			engine_unlocked_sleep(&c->lock, URING_ERROR_PAUSE_NS);
-		}
-	}
-	c->syncs--;
-	ret = (int)f.result;
-out:
-	pthread_mutex_unlock(&c->lock);
-	return ret;
+	return 0;
 }
 
 static int uring_truncate(void *arg, uint64_t size)
@@ -523,52 +602,102 @@ static int uring_truncate(void *arg, uint64_t size)
 	struct uring_ctx *c = arg;
 	if (size > FOLIO_MAX_POS)
 		return -EINVAL;
-	pthread_mutex_lock(&c->lock);
-	int ret = uring_drain(c, true);
-	pthread_mutex_unlock(&c->lock);
+	/* This thread's requests first, so that a read it submitted still
+	 * sees the old contents; the library guarantees no write past @size
+	 * is in flight elsewhere. */
+	int ret = shard_drain_older(my_shard(c), true);
 	return ret ? ret : engine_fd_truncate(&c->f, size);
 }
 
 static void *uring_thread_main(void *arg)
 {
 	struct uring_ctx *c = arg;
+	struct ushard *s = &c->shards[0];
 	uring_thread_self = c;
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(&s->lock);
 	while (!c->thread_stop) {
 		/* Not expected; do not spin on a broken ring. */
-		if (uring_step(c) < 0)
-			engine_unlocked_sleep(&c->lock, URING_ERROR_PAUSE_NS);
+		if (shard_reap(s, true) < 0)
+			engine_unlocked_sleep(&s->lock, URING_ERROR_PAUSE_NS);
 	}
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&s->lock);
 	return NULL;
+}
+
+/* Wait until nothing of shard s is in flight (destroy; lock held). */
+static void shard_drain(struct ushard *s)
+{
+	/* The completion thread keeps the role even with nothing in
+	 * flight; anyone else holding it is about to see a CQE. */
+	while (s->nreq || (s->reaper && !s->c->use_thread)) {
+		shard_refill(s);
+		shard_submit(s);
+		if (s->in_kernel && !s->reaper && may_reap(s)) {
+			if (shard_reap(s, true) >= 0)
+				continue;
+		}
+		/* Another thread is delivering, the completion thread
+		 * reaps, or the kernel refuses the queue for now. */
+		engine_unlocked_sleep(&s->lock, s->reaper || s->c->use_thread
+							? URING_ERROR_PAUSE_NS / 20
+							: URING_ERROR_PAUSE_NS);
+	}
 }
 
 static void uring_free_ctx(struct uring_ctx *c)
 {
+	for (unsigned i = 0; i < c->nshards; i++) {
+		struct ushard *s = &c->shards[i];
+		if (atomic_load(&s->ready)) {
+			io_uring_queue_exit(&s->ring);
+			pthread_cond_destroy(&s->cv);
+			pthread_mutex_destroy(&s->lock);
+		}
+	}
+	pthread_mutex_destroy(&c->setup_lock);
 	engine_fd_close(&c->f);
-	io_uring_queue_exit(&c->ring);
-	pthread_cond_destroy(&c->cv);
-	pthread_mutex_destroy(&c->lock);
 	free(c);
+}
+
+/* Wake the completion thread out of io_uring_wait_cqe() for good. */
+static void thread_stop(struct uring_ctx *c)
+{
+	struct ushard *s = &c->shards[0];
+	pthread_mutex_lock(&s->lock);
+	c->thread_stop = true;
+	struct io_uring_sqe *sqe;
+	while (!(sqe = io_uring_get_sqe(&s->ring))) {
+		shard_submit(s);
+		engine_unlocked_sleep(&s->lock, URING_ERROR_PAUSE_NS / 20);
+	}
+	io_uring_prep_nop(sqe);
+	io_uring_sqe_set_data(sqe, NULL);
+	s->queued++;
+	while (s->queued) {
+		int r = shard_submit(s);
+		if (s->queued && r)
+			engine_unlocked_sleep(&s->lock, URING_ERROR_PAUSE_NS);
+	}
+	pthread_mutex_unlock(&s->lock);
+	pthread_join(c->thread, NULL);
 }
 
 static void uring_destroy(void *arg)
 {
 	struct uring_ctx *c = arg;
-	pthread_mutex_lock(&c->lock);
-	c->closing = true;
+	atomic_store(&c->closing, true);
 	/* Callbacks of requests the kernel still holds may run on other
-	 * threads; the ring and the lock must outlive all of them. */
-	while (c->nreq || c->syncs || c->reaper) {
-		if (uring_step(c) < 0)
-			engine_unlocked_sleep(&c->lock, URING_ERROR_PAUSE_NS);
+	 * threads; the rings and the locks must outlive all of them. */
+	for (unsigned i = 0; i < c->nshards; i++) {
+		struct ushard *s = &c->shards[i];
+		if (!atomic_load(&s->ready))
+			continue;
+		pthread_mutex_lock(&s->lock);
+		shard_drain(s);
+		pthread_mutex_unlock(&s->lock);
 	}
-	c->thread_stop = true;
-	pthread_cond_broadcast(&c->cv);
-	bool running = c->thread_running;
-	pthread_mutex_unlock(&c->lock);
-	if (running)
-		pthread_join(c->thread, NULL);
+	if (c->thread_running)
+		thread_stop(c);
 	uring_free_ctx(c);
 }
 
@@ -592,30 +721,30 @@ int folio_engine_uring(struct folio_engine **out, int fd, unsigned depth,
 	int ret = engine_fd_open(&f, fd, flags);
 	if (ret)
 		return ret;
-	struct uring_ctx *c = calloc(1, sizeof(*c));
+	struct uring_ctx *c = aligned_alloc(_Alignof(struct uring_ctx),
+					    sizeof(*c));
 	if (!c) {
 		engine_fd_close(&f);
 		return -ENOMEM;
 	}
+	memset(c, 0, sizeof(*c));
 	c->f = f;
+	c->depth = depth;
 	c->use_thread = flags & FOLIO_URING_COMPLETION_THREAD;
-
-	/* SUBMIT_ALL (5.18) keeps one bad SQE from stalling the rest of a
-	 * batch; older kernels reject the flag and do without it. */
-	struct io_uring_params p = {.flags = IORING_SETUP_SUBMIT_ALL};
-	ret = io_uring_queue_init_params(depth, &c->ring, &p);
-	if (ret == -EINVAL) {
-		memset(&p, 0, sizeof(p));
-		ret = io_uring_queue_init_params(depth, &c->ring, &p);
+	c->nshards = c->use_thread ? 1 : URING_SHARDS;
+	atomic_init(&c->closing, false);
+	for (unsigned i = 0; i < URING_SHARDS; i++)
+		atomic_init(&c->shards[i].ready, false);
+	if (pthread_mutex_init(&c->setup_lock, NULL)) {
+		engine_fd_close(&c->f);
+		free(c);
+		return -ENOMEM;
 	}
-	if (ret)
-		goto fail_fd;
-	c->limit = c->ring.cq.ring_entries;
-	ret = -ENOMEM;
-	if (pthread_mutex_init(&c->lock, NULL))
-		goto fail_ring;
-	if (pthread_cond_init(&c->cv, NULL))
-		goto fail_lock;
+	ret = shard_init(c, &c->shards[0]);
+	if (ret) {
+		uring_free_ctx(c);
+		return ret;
+	}
 	if (c->use_thread) {
 		if (pthread_create(&c->thread, NULL, uring_thread_main, c)) {
 			uring_free_ctx(c);
@@ -626,14 +755,5 @@ int folio_engine_uring(struct folio_engine **out, int fd, unsigned depth,
 	ret = engine_create(out, &uring_ops, c, ENGINE_URING);
 	if (ret)
 		uring_destroy(c);
-	return ret;
-
-fail_lock:
-	pthread_mutex_destroy(&c->lock);
-fail_ring:
-	io_uring_queue_exit(&c->ring);
-fail_fd:
-	engine_fd_close(&c->f);
-	free(c);
 	return ret;
 }
