@@ -771,14 +771,19 @@ FOLIO_EXPORT int folio_engine_posix(struct folio_engine **out, int fd,
  * @flags: FOLIO_ENGINE_DIRECT (as for posix, and also detected from @fd)
  *         and FOLIO_URING_COMPLETION_THREAD.
  *
- * submit() queues a readv/writev SQE at io->dev_pos and returns; it calls
- * io_uring_submit() only when the submission queue is full. unplug()
- * submits the queue (the library calls it after each batch of submits).
- * wait() submits anything queued, then sleeps until at least one request
- * has completed (its completion returned); it returns 0 at once when
- * nothing is in flight (requests whose completion the calling thread is
- * delivering do not count), 0 after progress, or a negative errno when
- * io_uring itself fails. Short
+ * The engine has up to 16 rings and a thread always uses the same one
+ * (threads beyond 16 share them), so concurrent submitters and syncers
+ * take no common lock. submit() queues a readv/writev SQE at io->dev_pos
+ * on the calling thread's ring and returns; it calls io_uring_submit()
+ * only when the submission queue is full. unplug() submits the calling
+ * thread's queue (the library calls it after each batch of submits).
+ * wait() submits the calling thread's queue, then sleeps until at least
+ * one request of its ring has completed (its completion returned); when
+ * the calling thread has nothing in flight it completes what is ready on
+ * the other rings without sleeping (requests whose submitter does not
+ * wait) and returns 0 (requests whose completion the calling thread is
+ * delivering do not count); a negative errno when io_uring itself fails.
+ * Short
  * transfers are resubmitted for the rest; a read that meets end of file
  * zero-fills the rest and reports the full length; -EAGAIN, -EINTR and
  * -ECANCELED results (the kernel cancels requests of a thread that exits)
@@ -788,14 +793,16 @@ FOLIO_EXPORT int folio_engine_posix(struct folio_engine **out, int fd,
  * engine is being freed. Completions are delivered by whichever thread
  * reaps them (a wait(), flush() or truncate() caller, or the completion
  * thread) and never under an engine lock, so a completion may submit.
- * flush() waits for every write submitted before it, then issues
- * IORING_OP_FSYNC with IORING_FSYNC_DATASYNC and waits for it.
- * truncate() waits for every request submitted before it, then calls
+ * flush() waits for every write the calling thread submitted before it,
+ * then calls fdatasync(): it covers the writes of other threads that
+ * completed before the call, not those still in flight. truncate() waits
+ * for every request the calling thread submitted before it, then calls
  * ftruncate().
  *
- * With FOLIO_URING_COMPLETION_THREAD an engine thread reaps completions,
- * so requests complete without anybody calling wait(); wait(), flush()
- * and truncate() then only sleep until it made progress. Requests are
+ * With FOLIO_URING_COMPLETION_THREAD the engine has one ring, and an
+ * engine thread reaps its completions, so requests complete without
+ * anybody calling wait(); wait(), flush() and truncate() then only sleep
+ * until it made progress. Requests are
  * started by unplug(), wait(), a full queue or the thread when it passes
  * by: call unplug() after a batch so they do not linger.
  *

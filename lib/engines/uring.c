@@ -18,11 +18,12 @@
  * separate fields, which is what makes that split safe. Completion
  * callbacks run with no lock held because they may submit again.
  *
- * A waiter whose shard is being reaped by another thread, or has nothing
- * of its own in flight, returns from wait() at once rather than sleeping
- * on a condition: the library then sleeps on its own request group, which
- * the delivering thread wakes, so no thread is woken for requests it does
- * not wait for.
+ * A waiter whose shard is being reaped by another thread (threads beyond
+ * URING_SHARDS share rings, and the completion thread reaps for all)
+ * sleeps on the shard's condition for one round; reapers broadcast only
+ * when such a sleeper exists, so threads on rings of their own are never
+ * woken for requests they do not wait for. A waiter with nothing of its
+ * own in flight helps the other rings without blocking and returns.
  *
  * Admission: at most cq_entries requests are in a ring or queued for it,
  * so its completion queue cannot overflow. Requests beyond that wait in
@@ -115,7 +116,7 @@ struct ushard {
 	uint64_t nreq;      /* accepted requests whose callback has not
 			     * returned yet */
 	bool reaper;
-	unsigned drainers;  /* threads sleeping on cv in shard_drain_older */
+	unsigned drainers;  /* threads sleeping on cv for another's reaping */
 	pthread_cond_t cv;  /* progress, signalled only when drainers */
 	atomic_bool ready;  /* ring and lock set up (release/acquire) */
 };
@@ -238,7 +239,7 @@ static struct ushard *my_shard(struct uring_ctx *c)
 
 /* Hand prepared SQEs to the kernel (lock held). Errors the next call may
  * get past (-EAGAIN, -EBUSY, -EINTR) leave the SQEs queued. */
-static int shard_submit(struct ushard *s)
+static int uring_submit_locked(struct ushard *s)
 {
 	int ret = 0;
 	while (s->queued) {
@@ -256,22 +257,22 @@ static int shard_submit(struct ushard *s)
 
 /* A free SQE, submitting the queue when it is full (lock held). NULL when
  * the admission limit is reached or the kernel takes nothing. */
-static struct io_uring_sqe *shard_sqe(struct ushard *s)
+static struct io_uring_sqe *uring_sqe_locked(struct ushard *s)
 {
 	if (s->queued + s->in_kernel >= s->limit)
 		return NULL;
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
 	if (!sqe) {
-		shard_submit(s);
+		uring_submit_locked(s);
 		sqe = io_uring_get_sqe(&s->ring);
 	}
 	return sqe;
 }
 
 /* Put the rest of request r into the ring, or return false (lock held). */
-static bool shard_queue(struct ushard *s, struct ureq *r)
+static bool uring_queue_locked(struct ushard *s, struct ureq *r)
 {
-	struct io_uring_sqe *sqe = shard_sqe(s);
+	struct io_uring_sqe *sqe = uring_sqe_locked(s);
 	if (!sqe)
 		return false;
 	struct folio_io *io = r->io;
@@ -288,9 +289,9 @@ static bool shard_queue(struct ushard *s, struct ureq *r)
 }
 
 /* Move backlog requests into the ring while there is room (lock held). */
-static void shard_refill(struct ushard *s)
+static void uring_refill_locked(struct ushard *s)
 {
-	while (s->backlog.head && shard_queue(s, s->backlog.head))
+	while (s->backlog.head && uring_queue_locked(s, s->backlog.head))
 		fifo_pop(&s->backlog);
 }
 
@@ -362,7 +363,7 @@ static void ureq_free(struct ureq *r)
  * requests with no lock held. Returns with the lock held: the number of
  * requests completed, or a negative errno from io_uring.
  */
-static int shard_reap(struct ushard *s, bool block)
+static int uring_reap(struct ushard *s, bool block)
 {
 	struct io_uring_cqe *cqes[URING_CQE_BATCH];
 	struct ureq_list deliver = {0}, again = {0};
@@ -401,15 +402,15 @@ static int shard_reap(struct ushard *s, bool block)
 	s->in_kernel -= n;
 	/* Resumed requests go before the backlog: they are older. */
 	while ((r = fifo_pop(&again))) {
-		if (!shard_queue(s, r)) {
+		if (!uring_queue_locked(s, r)) {
 			r->qnext = s->backlog.head;
 			s->backlog.head = r;
 			if (!s->backlog.tail)
 				s->backlog.tail = r;
 		}
 	}
-	shard_refill(s);
-	shard_submit(s);
+	uring_refill_locked(s);
+	uring_submit_locked(s);
 	s->reaper = false;
 	if (s->drainers)
 		pthread_cond_broadcast(&s->cv);
@@ -431,6 +432,8 @@ static int shard_reap(struct ushard *s, bool block)
 
 	pthread_mutex_lock(&s->lock);
 	s->nreq -= ndone;
+	if (s->drainers)
+		pthread_cond_broadcast(&s->cv);
 	return (int)ndone;
 }
 
@@ -472,7 +475,7 @@ static int uring_submit(void *arg, struct folio_io *io)
 	list_append(&s->inflight[io->op], r);
 	s->nreq++;
 	/* Behind any backlog, so that requests keep their order. */
-	if (s->backlog.head || !shard_queue(s, r))
+	if (s->backlog.head || !uring_queue_locked(s, r))
 		fifo_push(&s->backlog, r);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
@@ -482,8 +485,8 @@ static int uring_unplug(void *arg)
 {
 	struct ushard *s = my_shard(arg);
 	pthread_mutex_lock(&s->lock);
-	shard_refill(s);
-	int ret = shard_submit(s);
+	uring_refill_locked(s);
+	int ret = uring_submit_locked(s);
 	pthread_mutex_unlock(&s->lock);
 	/* What the kernel refused now goes in with the next call. */
 	return ret == -EAGAIN || ret == -EBUSY ? 0 : ret;
@@ -495,12 +498,12 @@ static int shard_help(struct ushard *s)
 {
 	if (pthread_mutex_trylock(&s->lock))
 		return 0;
-	shard_refill(s);
-	int ret = shard_submit(s);
+	uring_refill_locked(s);
+	int ret = uring_submit_locked(s);
 	if (ret == -EAGAIN || ret == -EBUSY)
 		ret = 0;
 	if (!ret && s->in_kernel && !s->reaper && may_reap(s)) {
-		int r = shard_reap(s, false);
+		int r = uring_reap(s, false);
 		ret = r < 0 ? r : 0;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -514,15 +517,22 @@ static int uring_wait(void *arg)
 	int ret;
 
 	pthread_mutex_lock(&s->lock);
-	shard_refill(s);
-	ret = shard_submit(s);
+	uring_refill_locked(s);
+	ret = uring_submit_locked(s);
 	if (ret == -EAGAIN || ret == -EBUSY)
 		ret = 0;
 	bool mine = s->nreq > engine_own_of(&uring_own, s);
 	if (!ret && mine && s->in_kernel && !s->reaper && may_reap(s)) {
-		int r = shard_reap(s, true);
+		int r = uring_reap(s, true);
 		pthread_mutex_unlock(&s->lock);
 		return r < 0 ? r : 0;
+	}
+	if (!ret && mine && s->in_kernel && (s->reaper || !may_reap(s))) {
+		/* Only threads sharing this ring, or the completion thread,
+		 * reap for us: one round of theirs is our progress. */
+		s->drainers++;
+		pthread_cond_wait(&s->cv, &s->lock);
+		s->drainers--;
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (ret || mine)
@@ -559,12 +569,12 @@ static int shard_drain_older(struct ushard *s, bool reads)
 	uint64_t seq = s->seq;
 	while (!ret && (older_inflight(s, FOLIO_IO_WRITE, seq) ||
 			(reads && older_inflight(s, FOLIO_IO_READ, seq)))) {
-		shard_refill(s);
-		int sub = shard_submit(s);
+		uring_refill_locked(s);
+		int sub = uring_submit_locked(s);
 		if (s->in_kernel && !s->reaper && may_reap(s)) {
-			int r = shard_reap(s, true);
+			int r = uring_reap(s, true);
 			ret = r < 0 ? r : 0;
-		} else if (s->reaper || s->c->use_thread) {
+		} else if (s->in_kernel && (s->reaper || s->c->use_thread)) {
 			/* Whoever reaps signals: we hold no role. */
 			s->drainers++;
 			pthread_cond_wait(&s->cv, &s->lock);
@@ -617,7 +627,7 @@ static void *uring_thread_main(void *arg)
 	pthread_mutex_lock(&s->lock);
 	while (!c->thread_stop) {
 		/* Not expected; do not spin on a broken ring. */
-		if (shard_reap(s, true) < 0)
+		if (uring_reap(s, true) < 0)
 			engine_unlocked_sleep(&s->lock, URING_ERROR_PAUSE_NS);
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -625,15 +635,15 @@ static void *uring_thread_main(void *arg)
 }
 
 /* Wait until nothing of shard s is in flight (destroy; lock held). */
-static void shard_drain(struct ushard *s)
+static void uring_drain_locked(struct ushard *s)
 {
 	/* The completion thread keeps the role even with nothing in
 	 * flight; anyone else holding it is about to see a CQE. */
 	while (s->nreq || (s->reaper && !s->c->use_thread)) {
-		shard_refill(s);
-		shard_submit(s);
+		uring_refill_locked(s);
+		uring_submit_locked(s);
 		if (s->in_kernel && !s->reaper && may_reap(s)) {
-			if (shard_reap(s, true) >= 0)
+			if (uring_reap(s, true) >= 0)
 				continue;
 		}
 		/* Another thread is delivering, the completion thread
@@ -667,14 +677,14 @@ static void thread_stop(struct uring_ctx *c)
 	c->thread_stop = true;
 	struct io_uring_sqe *sqe;
 	while (!(sqe = io_uring_get_sqe(&s->ring))) {
-		shard_submit(s);
+		uring_submit_locked(s);
 		engine_unlocked_sleep(&s->lock, URING_ERROR_PAUSE_NS / 20);
 	}
 	io_uring_prep_nop(sqe);
 	io_uring_sqe_set_data(sqe, NULL);
 	s->queued++;
 	while (s->queued) {
-		int r = shard_submit(s);
+		int r = uring_submit_locked(s);
 		if (s->queued && r)
 			engine_unlocked_sleep(&s->lock, URING_ERROR_PAUSE_NS);
 	}
@@ -693,7 +703,7 @@ static void uring_destroy(void *arg)
 		if (!atomic_load(&s->ready))
 			continue;
 		pthread_mutex_lock(&s->lock);
-		shard_drain(s);
+		uring_drain_locked(s);
 		pthread_mutex_unlock(&s->lock);
 	}
 	if (c->thread_running)
