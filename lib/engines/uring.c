@@ -132,6 +132,10 @@ struct uring_ctx {
 	pthread_t thread;
 	bool thread_running;
 	bool thread_stop; /* shard 0's lock */
+	/* The completion thread sleeps on thread_cv while the kernel holds
+	 * nothing of its ring (shard 0's lock). */
+	bool thread_idle;
+	pthread_cond_t thread_cv;
 
 	struct ushard shards[URING_SHARDS];
 };
@@ -252,6 +256,8 @@ static int uring_submit_locked(struct ushard *s)
 		s->in_kernel += (unsigned)ret;
 		ret = 0;
 	}
+	if (s->c->thread_idle && s->in_kernel)
+		pthread_cond_signal(&s->c->thread_cv);
 	return ret < 0 ? ret : 0;
 }
 
@@ -626,6 +632,17 @@ static void *uring_thread_main(void *arg)
 	uring_thread_self = c;
 	pthread_mutex_lock(&s->lock);
 	while (!c->thread_stop) {
+		if (!s->in_kernel) {
+			/* Blocking in io_uring_enter() with nothing in flight
+			 * would wait for nothing, and under valgrind, which
+			 * does not treat that call as blocking, it holds the
+			 * scheduler lock: every other thread stops. Whoever
+			 * puts SQEs in the kernel wakes us. */
+			c->thread_idle = true;
+			pthread_cond_wait(&c->thread_cv, &s->lock);
+			c->thread_idle = false;
+			continue;
+		}
 		/* Not expected; do not spin on a broken ring. */
 		if (uring_reap(s, true) < 0)
 			engine_unlocked_sleep(&s->lock, URING_ERROR_PAUSE_NS);
@@ -665,6 +682,7 @@ static void uring_free_ctx(struct uring_ctx *c)
 		}
 	}
 	pthread_mutex_destroy(&c->setup_lock);
+	pthread_cond_destroy(&c->thread_cv);
 	engine_fd_close(&c->f);
 	free(c);
 }
@@ -746,6 +764,12 @@ int folio_engine_uring(struct folio_engine **out, int fd, unsigned depth,
 	for (unsigned i = 0; i < URING_SHARDS; i++)
 		atomic_init(&c->shards[i].ready, false);
 	if (pthread_mutex_init(&c->setup_lock, NULL)) {
+		engine_fd_close(&c->f);
+		free(c);
+		return -ENOMEM;
+	}
+	if (pthread_cond_init(&c->thread_cv, NULL)) {
+		pthread_mutex_destroy(&c->setup_lock);
 		engine_fd_close(&c->f);
 		free(c);
 		return -ENOMEM;
