@@ -865,6 +865,13 @@ struct folio_mapping;
 					  * per-block state do (for
 					  * comparisons, and engines that
 					  * must write whole folios) */
+#define FOLIO_MAPPING_NO_READAHEAD 0x8u  /* no automatic readahead of
+					  * sequential readers;
+					  * folio_mapping_readahead() still
+					  * works */
+
+/* Largest struct folio_mapping_opts.readahead_max. */
+#define FOLIO_MAPPING_MAX_READAHEAD ((size_t)256 << 20)
 
 struct folio_pool; /* a memory budget shared by mappings (layer 5) */
 
@@ -880,6 +887,10 @@ struct folio_mapping_opts {
 	 * whose budget holds this mapping's folios; NULL: unbounded. Must
 	 * outlive the mapping. */
 	struct folio_pool *pool;
+	/* Added later (callers whose @sz ends before it get the default):
+	 * the largest readahead window in bytes, a multiple of the block
+	 * size up to FOLIO_MAPPING_MAX_READAHEAD; 0: 2 MiB. */
+	size_t readahead_max;
 };
 
 /**
@@ -899,8 +910,9 @@ struct folio_mapping_opts {
  * folio_pool_free() the pool.
  * Return: 0; -EINVAL for NULL, @opts->sz too small to hold @engine, a bad
  * geometry (sizes not powers of two, block < 512 or > 64 KiB, min <
- * block, max < min or > FOLIO_MAX_SIZE, size > FOLIO_MAX_POS) or unknown
- * flags; -ERANGE when @opts->pool's budget is smaller than the mapping's
+ * block, max < min or > FOLIO_MAX_SIZE, size > FOLIO_MAX_POS), a
+ * @opts->readahead_max that is not a multiple of the block size or is
+ * above FOLIO_MAPPING_MAX_READAHEAD, or unknown flags; -ERANGE when @opts->pool's budget is smaller than the mapping's
  * max folio size (nothing changed); -E2BIG for a larger @opts with
  * non-zero unknown bytes; -ENOMEM.
  */
@@ -976,14 +988,23 @@ FOLIO_EXPORT ssize_t folio_mapping_write(struct folio_mapping *m,
  * @pos: object position of the first byte.
  *
  * Missing blocks are read with as few engine requests as the layout
- * allows (runs merge across folios) and stay cached. A read sees every
+ * allows (runs merge across folios) and stay cached. A read that
+ * continues a sequential stream (contiguous with, or at the same stride
+ * as, one of a few recent reads) also starts readahead: the window
+ * beyond it is read into large folios without waiting, and reaching a
+ * marked folio of it starts the next, twice as large up to
+ * @readahead_max (see folio_mapping_readahead() for what readahead
+ * never does). Random reads never start readahead;
+ * FOLIO_MAPPING_NO_READAHEAD turns it off. A read sees every
  * write that returned before it started, durable or not. In a pool a read
  * larger than the room it finds goes in pieces, waiting for room between
  * them like a write (a truncate in between shortens it to the new EOF).
  *
  * Context: any thread, concurrently with other calls on @m; takes io_lock
- * shared and locks up to 64 folios at a time in ascending position order;
- * sleeps and does I/O (in a pool, also for room, as a write does). The caller must hold no lock of a folio of @m.
+ * shared and locks up to 64 folios at a time in ascending position order
+ * (waiting for a folio that readahead still reads drives a polled
+ * engine's wait()); sleeps and does I/O (in a pool, also for room, as a
+ * write does). The caller must hold no lock of a folio of @m.
  * Return: bytes read (0 at/after EOF; short when a later part cannot be
  * read); -EINVAL for NULL @m or NULL @buf with @len > 0; -EFBIG as for
  * folio_mapping_write(); when the first byte cannot be read: the error of
@@ -991,6 +1012,38 @@ FOLIO_EXPORT ssize_t folio_mapping_write(struct folio_mapping *m,
  */
 FOLIO_EXPORT ssize_t folio_mapping_read(struct folio_mapping *m, void *buf,
 					size_t len, uint64_t pos);
+
+/**
+ * folio_mapping_readahead() - start reading [@pos, @pos + @len) into the
+ * cache without waiting for it, like posix_fadvise(POSIX_FADV_WILLNEED).
+ * @m:   the mapping.
+ * @pos: object position of the first byte.
+ * @len: bytes wanted soon; 0 does nothing.
+ *
+ * The range is clamped to EOF and read in pieces of up to the mapping's
+ * @readahead_max, into folios as large as alignment and max folio size
+ * allow, with as few engine requests as the layout allows; it works with
+ * FOLIO_MAPPING_NO_READAHEAD too. Readahead never waits and never
+ * touches data it need not: it creates missing folios and fills the
+ * missing blocks of clean folios it can lock at once; dirty folios,
+ * folios under writeback and folios another thread holds locked are
+ * skipped. In a pool it takes only room that is free or reclaimable at
+ * once and stops where there is none (readahead folios enter the pool's
+ * probationary queue, so unread ones go first). The folios stay locked
+ * until their read completes (a reader of one waits for it); a failed
+ * read marks nothing, so a later read reads those bytes itself and gets
+ * them or the error.
+ *
+ * Context: any thread, concurrently with other calls on @m; takes io_lock
+ * shared and only trylocks folio locks; allocates and submits engine
+ * requests (a synchronous engine completes them before the call
+ * returns). The caller must hold no lock of a folio of @m.
+ * Return: 0 (also when the range lies past EOF or the pool has no room);
+ * -EINVAL for NULL @m or a range reaching past FOLIO_MAX_POS; -ENOMEM
+ * when nothing could be started for lack of memory.
+ */
+FOLIO_EXPORT int folio_mapping_readahead(struct folio_mapping *m,
+					 uint64_t pos, uint64_t len);
 
 /**
  * folio_mapping_write_begin() - zero-copy write: find or create the folio
@@ -1163,6 +1216,14 @@ struct folio_mapping_stats {
 				  * 512 << k bytes */
 	uint64_t unstable_bytes; /* written to the engine, not yet flushed:
 				  * kept until a flush succeeds */
+	/* Added later (a smaller @sz does not get them). */
+	uint64_t readahead_bytes;  /* bytes readahead read (also counted in
+				    * read_bytes) */
+	uint64_t readahead_hits;   /* folios readahead brought in that a
+				    * read then used (first use only) */
+	uint64_t readahead_wasted; /* bytes of such folios that left the
+				    * cache unread (evicted, truncated,
+				    * invalidated) */
 };
 
 /**

@@ -22,6 +22,8 @@
 #define FOLIO_F_REMOVED 0x20u  /* no longer in its mapping's index */
 #define FOLIO_F_UNSTABLE 0x40u /* some block is written but not yet flushed */
 #define FOLIO_F_WRITE_BEGIN 0x80u /* LOCKED was taken by write_begin() */
+#define FOLIO_F_READAHEAD 0x100u /* reaching it starts the next window */
+#define FOLIO_F_RA_UNREAD 0x200u /* brought in by readahead, not yet read */
 
 /*
  * Header is 64 bytes on LP64; the per-block state follows in the same
@@ -231,6 +233,43 @@ static inline bool folio_test_write_begin(const struct folio *f)
 }
 
 /*
+ * Readahead's two marks (mapping/readahead.c). Both are hints set under
+ * the folio lock and taken with one atomic operation, so that of several
+ * readers reaching a folio at once exactly one starts the next window and
+ * one counts the hit; neither decides anything about the folio's data.
+ */
+static inline void folio_set_ra_marks(struct folio *f, bool trigger,
+				      bool unread)
+{
+	unsigned bits = (trigger ? FOLIO_F_READAHEAD : 0u) |
+			(unread ? FOLIO_F_RA_UNREAD : 0u);
+	if (bits)
+		atomic_fetch_or(&f->flags, bits);
+}
+
+/* Take the marks named by `trigger` and `unread`: returns those of
+ * them that were set (as bits: 1 trigger, 2 unread). */
+#define FOLIO_RA_TRIGGER 1u
+#define FOLIO_RA_UNREAD 2u
+static inline unsigned folio_take_ra_marks(struct folio *f, unsigned which)
+{
+	unsigned bits = ((which & FOLIO_RA_TRIGGER) ? FOLIO_F_READAHEAD : 0u) |
+			((which & FOLIO_RA_UNREAD) ? FOLIO_F_RA_UNREAD : 0u);
+	/* A load first: most folios a reader touches carry neither mark,
+	 * and a read-modify-write would dirty their header line. */
+	if (!(folio_flags(f) & bits))
+		return 0;
+	unsigned old = atomic_fetch_and(&f->flags, ~bits) & bits;
+	return ((old & FOLIO_F_READAHEAD) ? FOLIO_RA_TRIGGER : 0u) |
+	       ((old & FOLIO_F_RA_UNREAD) ? FOLIO_RA_UNREAD : 0u);
+}
+
+static inline bool folio_test_ra_unread(const struct folio *f)
+{
+	return folio_flags(f) & FOLIO_F_RA_UNREAD;
+}
+
+/*
  * What a cache of folios keeps in the folio (struct folio.cache_bits), so
  * that a cache hit writes nothing but the folio's own header line:
  *  - an access count, 0..3, raised by hits and lowered or reset by the
@@ -290,6 +329,14 @@ static inline bool folio_wait_writeback_for(struct folio *f,
 					    const struct timespec *timeout)
 {
 	return folio_wait_flag_clear_for(f, FOLIO_F_WRITEBACK, timeout);
+}
+
+/* Sleep until the folio is unlocked or `timeout` passes (NULL: no
+ * limit); whether it was unlocked. The lock may be taken again at once. */
+static inline bool folio_wait_unlocked_for(struct folio *f,
+					   const struct timespec *timeout)
+{
+	return folio_wait_flag_clear_for(f, FOLIO_F_LOCKED, timeout);
 }
 
 /* Range checks shared by every public entry point. */

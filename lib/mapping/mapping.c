@@ -11,7 +11,7 @@
 #define DEFAULT_BLOCK_SIZE 4096u
 #define KNOWN_FLAGS \
 	(FOLIO_MAPPING_STABLE_WRITES | FOLIO_MAPPING_DROP_ON_ERROR | \
-	 FOLIO_MAPPING_FOLIO_DIRTY)
+	 FOLIO_MAPPING_FOLIO_DIRTY | FOLIO_MAPPING_NO_READAHEAD)
 
 /* Mapping ids are never reused, so a thread's cached folio pointer can
  * never be mistaken for one of a later mapping at the same address. */
@@ -21,6 +21,7 @@ static _Atomic uint64_t next_mapping_id = 1;
 #define OPTS_MIN_SZ \
 	(offsetof(struct folio_mapping_opts, engine) + sizeof(void *))
 #define OPTS_POOL_SZ SIZEOF_THROUGH(struct folio_mapping_opts, pool)
+#define OPTS_RA_SZ SIZEOF_THROUGH(struct folio_mapping_opts, readahead_max)
 
 static bool size_ok(size_t v, size_t lo, size_t hi)
 {
@@ -45,6 +46,9 @@ int folio_mapping_new(struct folio_mapping **out,
 	    !size_ok(min, bs, FOLIO_MAX_SIZE) ||
 	    !size_ok(max, min, FOLIO_MAX_SIZE) ||
 	    opts->size > FOLIO_MAX_POS || (opts->flags & ~KNOWN_FLAGS))
+		return -EINVAL;
+	size_t ra_max = opts->sz >= OPTS_RA_SZ ? opts->readahead_max : 0;
+	if (ra_max % bs || ra_max > FOLIO_MAPPING_MAX_READAHEAD)
 		return -EINVAL;
 	/* A pool embeds its mapping_cache first (lib/pool/pool.h). */
 	struct mapping_cache *cache =
@@ -99,6 +103,7 @@ int folio_mapping_new(struct folio_mapping **out,
 		}
 		m->cache = cache;
 	}
+	mapping_readahead_init(m, ra_max ? ra_max : MAPPING_RA_DEFAULT_MAX);
 	atomic_fetch_add(&opts->engine->users, 1);
 	*out = m;
 	return 0;
@@ -136,6 +141,9 @@ int folio_mapping_free(struct folio_mapping *m)
 {
 	if (!m)
 		return 0;
+	/* Readahead holds folios locked until its reads complete, which a
+	 * polled engine needs someone to drive. */
+	mapping_readahead_drain(m);
 	struct mapping_cache *c = m->cache;
 	/* The cache's reclaimers and flushers reach m without io_lock, and
 	 * a flusher inside a writeback of m holds io_lock shared: they are
@@ -372,12 +380,13 @@ static void cache_count(struct folio_mapping *m, bool hit)
  * Create the folio holding pos, charged to m's cache first. Returns it
  * locked, or NULL with *err (MAPPING_CACHE_FULL: credit->need says how much).
  * *found is set when another thread created it meanwhile (returned
- * unlocked, with a hint reference like an index hit).
+ * unlocked, with a hint reference like an index hit). `quiet` (readahead)
+ * takes a plain reference instead of the hint and counts no miss.
  */
 static struct folio *create_charged(struct folio_mapping *m, uint64_t pos,
 				    size_t len_hint,
 				    struct mapping_cache_credit *credit,
-				    int *err, bool *found)
+				    int *err, bool *found, bool quiet)
 {
 	struct mapping_cache *c = m->cache;
 	uint64_t start, charged = 0;
@@ -405,7 +414,9 @@ static struct folio *create_charged(struct folio_mapping *m, uint64_t pos,
 	} else {
 		f = create_folio(m, pos, len_hint, err);
 	}
-	if (f)
+	if (f && quiet)
+		folio_get(f);
+	else if (f)
 		old = hint_set(m, f, &old_pinned);
 	pthread_rwlock_unlock(&m->index_lock);
 	hint_release(old, old_pinned);
@@ -415,7 +426,8 @@ static struct folio *create_charged(struct folio_mapping *m, uint64_t pos,
 			c->ops->uncharge(c, (size_t)(charged - used));
 		if (used) {
 			c->ops->added(c, m, f);
-			cache_count(m, false);
+			if (!quiet)
+				cache_count(m, false);
 		}
 	}
 	return f;
@@ -442,20 +454,23 @@ struct folio *mapping_find_or_create_locked(
 			if (!f) {
 				bool found;
 				f = create_charged(m, pos, len_hint, credit,
-						   err, &found);
+						   err, &found, false);
 				if (!f)
 					return NULL;
 				if (!found)
 					return f; /* new, inserted locked */
 			}
 			/* Found in the index: a real access (see
-			 * mapping.h); hint hits are not. */
-			if (m->cache)
+			 * mapping.h); hint hits are not, nor is the first
+			 * use of a folio read ahead, which is the use its
+			 * creation stood for (a sequential pass must not
+			 * look hot). */
+			if (m->cache && !folio_test_ra_unread(f))
 				folio_note_access(f);
 		}
 		if (m->cache)
 			cache_count(m, true);
-		folio_lock(f);
+		mapping_lock_folio(m, f);
 		if (!folio_test_removed(f))
 			return f;
 		/* Reclaimed between the lookup and the lock: the hint no
@@ -493,6 +508,69 @@ struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos)
 	if (m->cache)
 		cache_count(m, true);
 	return f;
+}
+
+struct folio *mapping_grab_nowait(struct folio_mapping *m, uint64_t pos,
+				  size_t len_hint, bool *locked,
+				  bool *created, int *err)
+{
+	*created = false;
+	struct folio *f = mapping_lookup(m, pos);
+	if (!f) {
+		struct mapping_cache_credit none = {0, 0};
+		bool found;
+		f = create_charged(m, pos, len_hint, &none, err, &found, true);
+		if (!f)
+			return NULL;
+		if (!found) {
+			*created = *locked = true;
+			return f;
+		}
+	}
+	*locked = folio_trylock(f) == 1;
+	if (*locked && folio_test_removed(f)) {
+		/* Reclaimed since the lookup: its place is free again,
+		 * but a readahead may simply leave it. */
+		folio_unlock(f);
+		*locked = false;
+	}
+	return f;
+}
+
+/* engine_wait_until() asks done() again after it said yes once. */
+struct lock_wait {
+	struct folio *folio;
+	bool taken;
+};
+
+static bool lock_taken(void *arg)
+{
+	struct lock_wait *w = arg;
+	if (!w->taken)
+		w->taken = folio_trylock(w->folio) == 1;
+	return w->taken;
+}
+
+static void lock_sleep(void *arg, const struct timespec *t)
+{
+	struct lock_wait *w = arg;
+	(void)folio_wait_unlocked_for(w->folio, t);
+}
+
+void mapping_lock_folio(struct folio_mapping *m, struct folio *f)
+{
+	/* Only readahead leaves a folio locked with nobody to complete its
+	 * read, and it counts itself in ra_inflight before it locks any:
+	 * a holder seen while that is 0 unlocks on its own. */
+	while (folio_trylock(f) != 1) {
+		if (m->engine->ops.wait && atomic_load(&m->ra_inflight)) {
+			struct lock_wait w = {f, false};
+			(void)engine_wait_until(m->engine, lock_taken,
+						lock_sleep, &w);
+			return;
+		}
+		(void)folio_wait_unlocked_for(f, NULL);
+	}
 }
 
 int mapping_cache_reserve(struct folio_mapping *m,
@@ -589,6 +667,7 @@ static void remove_locked(struct folio_mapping *m, struct folio *f)
  * back, the index's reference goes. */
 static void removed_from_index(struct folio_mapping *m, struct folio *f)
 {
+	mapping_readahead_forget(m, f);
 	struct mapping_cache *c = m->cache;
 	if (c)
 		c->ops->removed(c, m, f);
@@ -728,6 +807,9 @@ int folio_mapping_stats(struct folio_mapping *m,
 	LOAD(retries);
 	LOAD(errors);
 	LOAD(flushes);
+	LOAD(readahead_bytes);
+	LOAD(readahead_hits);
+	LOAD(readahead_wasted);
 #undef LOAD
 	pthread_rwlock_rdlock(&m->index_lock);
 	uint64_t key = 0;

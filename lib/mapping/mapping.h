@@ -2,7 +2,8 @@
 /*
  * The mapping (the cache of one object) as seen by its modules:
  * mapping.c (life cycle, folio lookup/creation, tags, stats), rw.c (buffered
- * read and write), truncate.c (truncate, invalidate), request.c (building
+ * read and write), readahead.c (sequential stream detection and reads
+ * started without waiting), truncate.c (truncate, invalidate), request.c (building
  * engine requests), writeback.c, commit.c (flushes and unstable data) and
  * errseq.c (error reporting).
  *
@@ -37,6 +38,7 @@
 #include <stdatomic.h>
 
 #include "base/brlock.h"
+#include "base/spinlock.h"
 #include "mapping/index.h"
 #include "engine/engine.h"
 #include "folio/folio.h"
@@ -105,10 +107,37 @@ struct mapping_cache {
 	/* Thresholds on dirty + writeback bytes (the pool's options), and
 	 * how many bytes a thread dirties between two looks at them. */
 	uint64_t dirty_background, dirty_limit, ratelimit;
+	/* Largest readahead window of its mappings (0: no limit): what
+	 * the cache can hold unread without evicting it before use. */
+	uint64_t readahead_max;
 	/* Threads sleeping until memory or dirty data goes down: wakers
 	 * call progress() only when there are some. */
 	atomic_uint waiters;
 	struct mapping_cache_stripe stripe[BRLOCK_STRIPES];
+};
+
+/*
+ * Readahead state (readahead.c): a few sequential streams, each a reader
+ * moving forward contiguously or at a fixed stride, and the window last
+ * started for it. Small and under one spinlock: it is touched once per
+ * read call and once per window.
+ */
+#define MAPPING_RA_STREAMS 4
+
+struct mapping_ra_stream {
+	uint64_t prev;      /* start of the stream's last read */
+	uint64_t next;      /* where a contiguous read would continue */
+	uint64_t stride;    /* distance between its last two reads; 0: none */
+	uint64_t win_start; /* the latest window: [win_start, win_end) */
+	uint64_t win_end;
+	uint64_t used;      /* clock of its last read, for replacement */
+	bool live;
+};
+
+struct mapping_ra {
+	spinlock_t lock;
+	uint64_t clock;
+	struct mapping_ra_stream s[MAPPING_RA_STREAMS];
 };
 
 struct folio_mapping {
@@ -177,6 +206,11 @@ struct folio_mapping {
 
 	/* Write requests in flight: free refuses while there are any. */
 	atomic_uint wb_inflight;
+	/* Readahead batches whose requests are in flight: free, truncate
+	 * and invalidate wait for them (readahead.c). */
+	atomic_uint ra_inflight;
+	uint64_t ra_max; /* largest window, bytes */
+	struct mapping_ra ra;
 	/* Short writes whose rest was put back dirty: sync repeats its pass
 	 * while this moves, so a short completion never ends a sync. */
 	_Atomic uint64_t short_writes;
@@ -193,6 +227,8 @@ struct folio_mapping {
 		_Atomic uint64_t read_requests, read_bytes;
 		_Atomic uint64_t wb_requests, wb_bytes, wb_merges;
 		_Atomic uint64_t map_calls, retries, errors, flushes;
+		_Atomic uint64_t readahead_bytes, readahead_hits;
+		_Atomic uint64_t readahead_wasted;
 	} stats;
 };
 
@@ -272,6 +308,27 @@ struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos);
 struct folio *mapping_find_or_create_locked(
 	struct folio_mapping *m, uint64_t pos, size_t len_hint,
 	struct mapping_cache_credit *credit, int *err);
+
+/*
+ * For readahead, which must never wait: the folio holding pos, referenced,
+ * created (charged, inserted locked) when absent, else locked only when
+ * that needs no waiting. *locked says whether the caller holds its lock
+ * (then it is still in the index), *created whether it is new. NULL with
+ * *err: MAPPING_CACHE_FULL (nothing reclaimable at once) or -ENOMEM. No
+ * access, hit or miss is counted and the thread's hint is left alone: a
+ * folio read ahead is not a use of it.
+ */
+struct folio *mapping_grab_nowait(struct folio_mapping *m, uint64_t pos,
+				  size_t len_hint, bool *locked,
+				  bool *created, int *err);
+
+/*
+ * Lock a folio of m. Its lock may be held by a read whose completion
+ * nobody waits for (readahead), which a polled engine delivers only when
+ * someone calls its wait(): so the waiter drives the engine instead of
+ * only sleeping.
+ */
+void mapping_lock_folio(struct folio_mapping *m, struct folio *f);
 
 /* Sleep (holding no lock) until credit->need bytes are charged to m's
  * cache and add them to the credit. 0 or -ENOMEM. */
@@ -439,6 +496,38 @@ int mapping_wait_range_writeback(struct folio_mapping *m, uint64_t start,
 void mapping_zero_past_eof(struct folio_mapping *m, struct folio *f,
 			   size_t off, size_t len, uint64_t eof);
 
+/* ---- readahead (readahead.c) --------------------------------------- */
+
+/* Largest window when the caller sets none. */
+#define MAPPING_RA_DEFAULT_MAX ((uint64_t)2 << 20)
+
+void mapping_readahead_init(struct folio_mapping *m, uint64_t max);
+
+/*
+ * A read of [pos, pos+len) (len already clamped to EOF) is about to run,
+ * holding io_lock shared and no folio lock: learn from it which streams
+ * there are and, when it continues one beyond its window, start the next
+ * window at pos without waiting for it (the read then waits for those
+ * folios like for any locked folio).
+ */
+void mapping_readahead_on_read(struct folio_mapping *m, uint64_t pos,
+			       size_t len);
+
+/*
+ * A reader reached f (locked by it or not; io_lock shared held): count a
+ * first read of a folio readahead brought in, and when f carries the
+ * readahead mark of a live stream's latest window, start that stream's
+ * next window without waiting. Never sleeps on a folio lock.
+ */
+void mapping_readahead_reached(struct folio_mapping *m, struct folio *f);
+
+/* Wait until no readahead request of m is in flight. The caller holds
+ * io_lock exclusively (or is free()), so none can start meanwhile. */
+void mapping_readahead_drain(struct folio_mapping *m);
+
+/* f left m's index: what readahead brought into it unread was wasted. */
+void mapping_readahead_forget(struct folio_mapping *m, struct folio *f);
+
 /* ---- requests (request.c) ------------------------------------------ */
 
 /* Request limits when the caller sets none. */
@@ -512,6 +601,25 @@ void rqb_submit(struct rq_builder *b);
 void rqb_finish(struct rq_builder *b);
 
 void mapping_io_free(struct mapping_io *io);
+
+/* ---- reads (rw.c), shared with readahead ------------------------------ */
+
+/* The outcome of a read request as a mapping counts it: 0, or the error
+ * (a short read is -EIO); io->result is set and the stats counted. */
+int mapping_read_result(struct mapping_io *io, ssize_t result);
+
+/*
+ * Reads of a list are done (io->result set): for each that succeeded zero
+ * what lies past `eof` and, with `mark`, set its blocks uptodate (when
+ * `err` says some read of the batch failed, only the blocks successful
+ * reads wholly cover). Frees the requests.
+ */
+void mapping_settle_reads(struct folio_mapping *m, struct mapping_io *list,
+			  uint64_t eof, bool mark, int err);
+
+/* Queue the not-uptodate blocks touched by [off, off+len) of f. */
+int mapping_queue_missing(struct rq_builder *b, struct folio *f, size_t off,
+			  size_t len);
 
 /* Resolve pos through the engine's map() (identity without one). On
  * return [pos, pos + *avail) is device-contiguous at *dev with *flags. */

@@ -12,9 +12,8 @@
  * stack while letting a large read become a few big engine requests. */
 #define READ_BATCH 64
 
-static void read_end_io(struct engine_io *rq, ssize_t result)
+int mapping_read_result(struct mapping_io *io, ssize_t result)
 {
-	struct mapping_io *io = container_of(rq, struct mapping_io, base);
 	int err = 0;
 	if (result < 0)
 		err = (int)result;
@@ -27,7 +26,13 @@ static void read_end_io(struct engine_io *rq, ssize_t result)
 		stat_add(&io->m->stats.read_requests, 1);
 		stat_add(&io->m->stats.read_bytes, (uint64_t)result);
 	}
-	io_group_done(io->group, err);
+	return err;
+}
+
+static void read_end_io(struct engine_io *rq, ssize_t result)
+{
+	struct mapping_io *io = container_of(rq, struct mapping_io, base);
+	io_group_done(io->group, mapping_read_result(io, result));
 }
 
 /* One piece of folio a finished read filled. */
@@ -94,18 +99,10 @@ static void start_reads(struct folio_mapping *m, struct rq_builder *b,
 	b->keep = true;
 }
 
-/*
- * Wait for the reads a builder submitted; for each one that succeeded,
- * zero what lies past EOF and (when `mark`) set its blocks uptodate.
- * Frees the requests. Returns the first error.
- */
-static int finish_reads(struct folio_mapping *m, struct rq_builder *b,
-			struct io_group *g, uint64_t eof, bool mark)
+void mapping_settle_reads(struct folio_mapping *m, struct mapping_io *list,
+			  uint64_t eof, bool mark, int err)
 {
-	int err = io_group_wait(g, m->engine);
-	if (b->error && !err)
-		err = b->error;
-	for (struct mapping_io *io = b->submitted; io; io = io->next) {
+	for (struct mapping_io *io = list; io; io = io->next) {
 		for (unsigned i = 0; io->result >= 0 && i < io->nsegs; i++) {
 			struct rq_seg *s = &io->segs[i];
 			mapping_zero_past_eof(m, s->folio, s->off, s->len, eof);
@@ -114,12 +111,26 @@ static int finish_reads(struct folio_mapping *m, struct rq_builder *b,
 		}
 	}
 	if (mark && err)
-		mark_read_blocks(b->submitted);
-	while (b->submitted) {
-		struct mapping_io *next = b->submitted->next;
-		mapping_io_free(b->submitted);
-		b->submitted = next;
+		mark_read_blocks(list);
+	while (list) {
+		struct mapping_io *next = list->next;
+		mapping_io_free(list);
+		list = next;
 	}
+}
+
+/*
+ * Wait for the reads a builder submitted and settle them (see
+ * mapping_settle_reads()). Returns the first error.
+ */
+static int finish_reads(struct folio_mapping *m, struct rq_builder *b,
+			struct io_group *g, uint64_t eof, bool mark)
+{
+	int err = io_group_wait(g, m->engine);
+	if (b->error && !err)
+		err = b->error;
+	mapping_settle_reads(m, b->submitted, eof, mark, err);
+	b->submitted = NULL;
 	return err;
 }
 
@@ -430,15 +441,14 @@ struct read_slot {
 	size_t off, len;
 };
 
-/* Queue the not-uptodate blocks of a slot's range for reading. */
-static int queue_missing(struct rq_builder *b, struct read_slot *s)
+int mapping_queue_missing(struct rq_builder *b, struct folio *f, size_t off,
+			  size_t len)
 {
-	struct folio *f = s->folio;
 	if (folio_test_uptodate(f))
 		return 0;
 	size_t mask = folio_block_size(f) - 1;
-	size_t at = s->off & ~mask;
-	size_t end = (s->off + s->len + mask) & ~mask;
+	size_t at = off & ~mask;
+	size_t end = (off + len + mask) & ~mask;
 	while (at < end) {
 		size_t run_off = at;
 		ssize_t run = folio_next_missing(f, &run_off);
@@ -501,6 +511,9 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 		len = 0;
 	else
 		len = (size_t)MIN((uint64_t)len, eof - pos);
+	/* Readahead (readahead.c) learns from every read and may start
+	 * reading beyond it before the read itself locks anything. */
+	mapping_readahead_on_read(m, pos, len);
 
 	done = read_cached(m, dst, len, pos);
 	while (done < len && !err) {
@@ -523,7 +536,10 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 			s->off = (size_t)(p - f->pos);
 			s->len = MIN(len - at, folio_size(f) - s->off);
 			at += s->len;
-			err = queue_missing(&b, s);
+			/* Readahead (readahead.c): a first use of a folio
+			 * it brought in, or its mark reached. */
+			mapping_readahead_reached(m, f);
+			err = mapping_queue_missing(&b, f, s->off, s->len);
 			if (err)
 				break;
 		}

@@ -39,7 +39,7 @@ static void shrink_cache(struct folio_mapping *m, uint64_t size)
 	/* A folio holding `size` may start below its key's position: start
 	 * from the folio holding size itself. */
 	while ((f = mapping_next_folio(m, &key, UINT64_MAX, INDEX_NO_TAG))) {
-		folio_lock(f);
+		mapping_lock_folio(m, f);
 		mapping_wait_writeback(m, f);
 		/* A pool may have reclaimed it since it was found. */
 		bool gone = folio_test_removed(f);
@@ -59,6 +59,9 @@ int folio_mapping_truncate(struct folio_mapping *m, uint64_t size)
 	if (size > FOLIO_MAX_POS)
 		return -EFBIG;
 	brlock_write_lock(&m->io_lock);
+	/* Reads started ahead of the old EOF must not complete into a cut
+	 * cache: no new one starts while io_lock is held. */
+	mapping_readahead_drain(m);
 	uint64_t old = mapping_eof(m);
 	int r = 0;
 	if (size != old) {
@@ -137,11 +140,12 @@ int folio_mapping_invalidate(struct folio_mapping *m, uint64_t pos,
 	bool kept = false, discarded = false;
 
 	brlock_write_lock(&m->io_lock);
+	mapping_readahead_drain(m);
 	uint64_t key = mapping_key(m, pos);
 	uint64_t last = mapping_key(m, end - 1);
 	struct folio *f;
 	while ((f = mapping_next_folio(m, &key, last, INDEX_NO_TAG))) {
-		folio_lock(f);
+		mapping_lock_folio(m, f);
 		if (folio_test_removed(f)) {
 			/* Reclaimed by a pool since it was found. */
 			folio_unlock(f);

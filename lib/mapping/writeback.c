@@ -262,7 +262,7 @@ static int64_t writeback_pass(struct folio_mapping *m,
 		struct folio *f;
 		while ((f = mapping_next_folio(m, &key, last,
 					       INDEX_TAG_DIRTY))) {
-			folio_lock(f);
+			mapping_lock_folio(m, f);
 			if (folio_test_removed(f)) {
 				/* Reclaimed meanwhile (it was clean). */
 				folio_unlock(f);

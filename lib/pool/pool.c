@@ -100,6 +100,9 @@ int folio_pool_new(struct folio_pool **out, const struct folio_pool_opts *opts)
 	p->flusher_period_ns = MIN(MAX(p->expire_ns / 2, (uint64_t)10000000),
 				   (uint64_t)1000000000);
 	p->small_target = MAX(o.budget / 10, (uint64_t)1);
+	/* Two windows in flight (the one being read and the next) must
+	 * fit in the small queue, or readahead evicts itself unread. */
+	p->cache.readahead_max = MAX(p->small_target / 4, (uint64_t)4096);
 	p->nflushers = o.flusher_threads;
 	p->flags = o.flags;
 	p->members.next = p->members.prev = &p->members;

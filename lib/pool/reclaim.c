@@ -333,6 +333,9 @@ uint64_t pool_reclaim(struct folio_pool *p, uint64_t want, unsigned scan)
 		struct pool_member *mb = member_of(f->mapping);
 		uint64_t key = ghost_hash(mb->m->id, f->pos);
 		pthread_mutex_unlock(&p->lock);
+		/* Read ahead and never used: nobody wanted it, so its key
+		 * is no ghost (read again later it is not a re-reference). */
+		bool unread = folio_test_ra_unread(f);
 
 		/* The state seen under the pool lock may be stale: the
 		 * mapping decides under the folio and index locks. */
@@ -347,7 +350,7 @@ uint64_t pool_reclaim(struct folio_pool *p, uint64_t want, unsigned scan)
 			n->prev = n->next = NODE_NONE;
 			node_link_head(p, queue_of(p, f), idx, folio_size(f));
 		}
-		if (got && from_small)
+		if (got && from_small && !unread)
 			ghost_put(p, key);
 		pool_member_put(p, mb);
 		pthread_mutex_unlock(&p->lock);

@@ -1,0 +1,399 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Readahead: reads started without waiting, ahead of sequential readers
+ * or on request (folio_mapping_readahead()).
+ *
+ * Streams. A mapping remembers a few recent readers (MAPPING_RA_STREAMS).
+ * A read continues one when it starts where that one's last read ended,
+ * or at the same distance from its last start as the one before (a
+ * strided reader; strides above RA_MAX_STRIDE read sizes are not
+ * followed, as reading the gaps along would waste most of each window).
+ * Anything else takes the least recently used slot: a random reader only
+ * ever churns slots and never starts a window, and a stream that turns
+ * random is forgotten after a few such reads.
+ *
+ * Windows. The first read that continues a stream starts a window at its
+ * own position, so that one engine request covers the read and what comes
+ * after; its size is RA_INITIAL_FACTOR times the stride (at least
+ * RA_INITIAL_MIN, at most readahead_max). The first folio the reader will
+ * reach next gets the readahead mark; a reader reaching a marked folio in
+ * its stream's latest window starts the next window right after it, twice
+ * as large up to readahead_max, marked at its start. So one window is in
+ * flight ahead of the reader while it consumes the one before, as in the
+ * kernel's on-demand readahead. A reader that outruns its window (the
+ * marked folio was evicted, or the mark sat in a folio that was already
+ * cached) starts the next one itself, doubled too.
+ *
+ * A window never waits: existing folios are only trylocked, and dirty,
+ * writeback and fully uptodate ones are skipped; new folios are charged
+ * to the pool only where it has room at once, and the window ends where
+ * it has none. Its folios stay locked until the last of its requests
+ * completes; that completion (any thread, or inline for a synchronous
+ * engine) marks what was read uptodate, unlocks and frees the batch. A
+ * failed request marks nothing it covered, so a reader later reads those
+ * bytes itself. Every window counts itself in ra_inflight, which free,
+ * truncate and invalidate drain while holding io_lock exclusively (no
+ * window starts without io_lock shared).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mapping/mapping.h"
+
+#define RA_INITIAL_FACTOR 4u
+#define RA_INITIAL_MIN ((uint64_t)128 << 10)
+#define RA_MAX_STRIDE 4u
+
+/* One window in flight: its requests count in group.pending (plus one
+ * held by the submitter until it has submitted them all), its folios are
+ * locked and referenced. */
+struct ra_batch {
+	struct io_group group;
+	struct folio_mapping *m;
+	struct mapping_io *list;
+	struct folio **folios;
+	size_t nfolios, cap;
+};
+
+void mapping_readahead_init(struct folio_mapping *m, uint64_t max)
+{
+	spin_init(&m->ra.lock);
+	uint64_t bmask = ((uint64_t)1 << m->block_shift) - 1;
+	m->ra_max = max;
+	if (m->cache && m->cache->readahead_max)
+		m->ra_max = MAX(MIN(max, m->cache->readahead_max) & ~bmask,
+				bmask + 1);
+	atomic_init(&m->ra_inflight, 0);
+}
+
+static void ra_finish(struct ra_batch *rb)
+{
+	struct folio_mapping *m = rb->m;
+	int err = atomic_load(&rb->group.error);
+	mapping_settle_reads(m, rb->list, mapping_read_end(m), true, err);
+	for (size_t i = 0; i < rb->nfolios; i++) {
+		struct folio *f = rb->folios[i];
+		/* What a failed read left missing was not brought in: a
+		 * reader using it is no hit, its eviction no waste. */
+		if (err && !folio_test_uptodate(f))
+			(void)folio_take_ra_marks(f, FOLIO_RA_UNREAD);
+		folio_unlock(f);
+		folio_put(f);
+	}
+	free(rb->folios);
+	free(rb);
+	/* The last touch of m: a drain may free it right after. */
+	atomic_fetch_sub(&m->ra_inflight, 1);
+}
+
+static void ra_put(struct ra_batch *rb, int err)
+{
+	if (err) {
+		int none = 0;
+		atomic_compare_exchange_strong(&rb->group.error, &none, err);
+	}
+	if (atomic_fetch_sub_explicit(&rb->group.pending, 1,
+				      memory_order_acq_rel) == 1)
+		ra_finish(rb);
+}
+
+static void ra_end_io(struct engine_io *rq, ssize_t result)
+{
+	struct mapping_io *io = container_of(rq, struct mapping_io, base);
+	struct ra_batch *rb = container_of(io->group, struct ra_batch, group);
+	int err = mapping_read_result(io, result);
+	if (!err)
+		stat_add(&io->m->stats.readahead_bytes, io->base.io.len);
+	ra_put(rb, err);
+}
+
+static bool ra_keep(struct ra_batch *rb, struct folio *f)
+{
+	if (rb->nfolios == rb->cap) {
+		size_t cap = rb->cap ? rb->cap * 2 : 16;
+		struct folio **p = realloc(rb->folios, cap * sizeof(*p));
+		if (!p)
+			return false;
+		rb->folios = p;
+		rb->cap = cap;
+	}
+	rb->folios[rb->nfolios++] = f;
+	return true;
+}
+
+/* Can a window fill f, which it holds locked? New or partly missing
+ * clean folios only: nothing dirty, in flight or complete is touched. */
+static bool ra_fillable(const struct folio *f)
+{
+	return !folio_test_uptodate(f) && !folio_test_dirty(f) &&
+	       !folio_test_writeback(f);
+}
+
+/*
+ * Start reading [start, end) without waiting, clamped to where reads
+ * take bytes from the store. The first folio the window fills that ends
+ * past `mark` gets the readahead mark. *cut is set when the window ended
+ * early for lack of room or memory. Caller holds io_lock shared. Returns
+ * 0, or -ENOMEM when nothing could be started.
+ */
+static int ra_window(struct folio_mapping *m, uint64_t start, uint64_t end,
+		     uint64_t mark, bool *cut)
+{
+	uint64_t bmask = ((uint64_t)1 << m->block_shift) - 1;
+	start &= ~bmask;
+	end = MIN(end, mapping_read_end(m));
+	*cut = false;
+	if (start >= end)
+		return 0;
+	struct ra_batch *rb = calloc(1, sizeof(*rb));
+	if (!rb) {
+		*cut = true;
+		return -ENOMEM;
+	}
+	rb->m = m;
+	io_group_init(&rb->group);
+	/* Before any folio is locked: see mapping_lock_folio(). */
+	atomic_fetch_add(&m->ra_inflight, 1);
+	struct rq_builder b;
+	rqb_init(&b, m, FOLIO_IO_READ, &rb->group, ra_end_io);
+	b.keep = true;
+	bool marked = mark >= end;
+	int err = 0;
+	for (uint64_t p = start; p < end && !err;) {
+		bool locked, created;
+		size_t hint = (size_t)MIN(end - p, (uint64_t)SIZE_MAX);
+		struct folio *f =
+			mapping_grab_nowait(m, p, hint, &locked, &created, &err);
+		if (!f) {
+			*cut = true;
+			break;
+		}
+		uint64_t fend = f->pos + folio_size(f);
+		if (locked && !created && !ra_fillable(f)) {
+			folio_unlock(f);
+			locked = false;
+		}
+		if (!locked) {
+			folio_put(f);
+			p = fend;
+			continue;
+		}
+		if (!ra_keep(rb, f)) {
+			folio_unlock(f);
+			folio_put(f);
+			*cut = true;
+			err = -ENOMEM;
+			break;
+		}
+		bool trigger = !marked && fend > mark;
+		marked |= trigger;
+		folio_set_ra_marks(f, trigger, created);
+		size_t off = (size_t)(MAX(p, f->pos) - f->pos);
+		size_t lim = (size_t)(MIN(fend, end) - f->pos);
+		err = mapping_queue_missing(&b, f, off, lim - off);
+		p = fend;
+	}
+	rqb_finish(&b);
+	rb->list = b.submitted;
+	bool none = !rb->nfolios;
+	ra_put(rb, 0);
+	return none && err == -ENOMEM ? err : 0;
+}
+
+static void ra_set_window(struct mapping_ra_stream *s, uint64_t start,
+			  uint64_t end)
+{
+	s->win_start = start;
+	s->win_end = end;
+}
+
+/* Drop the stream lock, then start the window the caller chose under it
+ * (if any): the window's work needs no stream state. */
+static void ra_unlock_start(struct folio_mapping *m, uint64_t start,
+			    uint64_t end, uint64_t mark)
+{
+	spin_unlock(&m->ra.lock);
+	if (start < end) {
+		bool cut;
+		(void)ra_window(m, start, end, mark, &cut);
+	}
+}
+
+static uint64_t ra_initial(const struct folio_mapping *m, uint64_t stride)
+{
+	uint64_t size = MAX(stride * RA_INITIAL_FACTOR, RA_INITIAL_MIN);
+	return MIN(size, m->ra_max);
+}
+
+/* Least recently used slot, a free one first. Caller holds the lock. */
+static struct mapping_ra_stream *ra_victim(struct mapping_ra *ra)
+{
+	struct mapping_ra_stream *v = &ra->s[0];
+	for (unsigned i = 0; i < MAPPING_RA_STREAMS; i++) {
+		struct mapping_ra_stream *t = &ra->s[i];
+		if (!t->live)
+			return t;
+		if (t->used < v->used)
+			v = t;
+	}
+	return v;
+}
+
+/*
+ * The stream a read at pos continues, or NULL. A stream with only one
+ * read yet may become strided here (its second read comes a little
+ * after its first), which starts nothing before a third read confirms
+ * it. Caller holds the lock.
+ */
+static struct mapping_ra_stream *ra_match(struct mapping_ra *ra, uint64_t pos,
+					  size_t len, bool *confirmed)
+{
+	struct mapping_ra_stream *maybe = NULL;
+	for (unsigned i = 0; i < MAPPING_RA_STREAMS; i++) {
+		struct mapping_ra_stream *t = &ra->s[i];
+		if (!t->live)
+			continue;
+		if (pos == t->next ||
+		    (t->stride && pos == t->prev + t->stride)) {
+			*confirmed = true;
+			return t;
+		}
+		if (!t->stride && pos > t->next &&
+		    pos - t->prev <= (uint64_t)len * RA_MAX_STRIDE)
+			maybe = t;
+	}
+	*confirmed = false;
+	return maybe;
+}
+
+void mapping_readahead_on_read(struct folio_mapping *m, uint64_t pos,
+			       size_t len)
+{
+	if ((m->flags & FOLIO_MAPPING_NO_READAHEAD) || !len)
+		return;
+	struct mapping_ra *ra = &m->ra;
+	uint64_t start = 0, end = 0, mark = 0;
+	spin_lock(&ra->lock);
+	bool confirmed;
+	struct mapping_ra_stream *s = ra_match(ra, pos, len, &confirmed);
+	if (!s) {
+		s = ra_victim(ra);
+		memset(s, 0, sizeof(*s));
+		s->live = true;
+	} else {
+		s->stride = pos - s->prev;
+	}
+	s->prev = pos;
+	s->next = pos + len;
+	s->used = ++ra->clock;
+	if (confirmed && pos + len > s->win_end) {
+		uint64_t last = s->win_end - s->win_start;
+		uint64_t size = last ? MIN(last * 2, m->ra_max)
+				     : ra_initial(m, MAX(s->stride, len));
+		start = MAX(pos, s->win_end);
+		end = start + size;
+		/* A first window ends on a multiple of its size when that
+		 * keeps most of it, so that the windows after it, which
+		 * start there, get large aligned folios. */
+		uint64_t p2 = (uint64_t)1 << ilog2_u64(size);
+		uint64_t aligned = end & ~(p2 - 1);
+		if (!last && aligned > start && aligned - start >= size / 2)
+			end = aligned;
+		mark = pos + s->stride;
+		ra_set_window(s, start, end);
+	}
+	ra_unlock_start(m, start, end, mark);
+}
+
+/* The live stream whose latest window holds [pos, fend). */
+static struct mapping_ra_stream *ra_owner(struct mapping_ra *ra, uint64_t pos,
+					  uint64_t fend)
+{
+	for (unsigned i = 0; i < MAPPING_RA_STREAMS; i++) {
+		struct mapping_ra_stream *t = &ra->s[i];
+		if (t->live && pos < t->win_end && fend > t->win_start)
+			return t;
+	}
+	return NULL;
+}
+
+void mapping_readahead_reached(struct folio_mapping *m, struct folio *f)
+{
+	unsigned got = folio_take_ra_marks(f, FOLIO_RA_TRIGGER |
+						      FOLIO_RA_UNREAD);
+	if (!got)
+		return;
+	if (got & FOLIO_RA_UNREAD)
+		stat_add(&m->stats.readahead_hits, 1);
+	if (!(got & FOLIO_RA_TRIGGER) ||
+	    (m->flags & FOLIO_MAPPING_NO_READAHEAD))
+		return;
+	struct mapping_ra *ra = &m->ra;
+	uint64_t start = 0, end = 0;
+	spin_lock(&ra->lock);
+	/* A mark of an older window, or of a stream forgotten since (it
+	 * turned random), starts nothing. */
+	struct mapping_ra_stream *s =
+		ra_owner(ra, f->pos, f->pos + folio_size(f));
+	if (s) {
+		uint64_t size = MIN((s->win_end - s->win_start) * 2, m->ra_max);
+		start = s->win_end;
+		end = start + size;
+		ra_set_window(s, start, end);
+	}
+	ra_unlock_start(m, start, end, start);
+}
+
+void mapping_readahead_forget(struct folio_mapping *m, struct folio *f)
+{
+	if (!folio_take_ra_marks(f, FOLIO_RA_UNREAD))
+		return;
+	size_t up, dirty, unstable;
+	folio_count_blocks(f, &up, &dirty, &unstable);
+	stat_add(&m->stats.readahead_wasted, (uint64_t)up << f->block_shift);
+}
+
+static bool ra_idle(void *arg)
+{
+	struct folio_mapping *m = arg;
+	return !atomic_load(&m->ra_inflight);
+}
+
+/* Completions of a window touch no waiter, so a drain polls. */
+static void ra_pause(void *arg, const struct timespec *t)
+{
+	(void)arg;
+	struct timespec d = {0, 50000};
+	nanosleep(t ? t : &d, NULL);
+}
+
+void mapping_readahead_drain(struct folio_mapping *m)
+{
+	if (atomic_load(&m->ra_inflight))
+		(void)engine_wait_until(m->engine, ra_idle, ra_pause, m);
+}
+
+int folio_mapping_readahead(struct folio_mapping *m, uint64_t pos,
+			    uint64_t len)
+{
+	if (!m || pos > FOLIO_MAX_POS || len > FOLIO_MAX_POS - pos)
+		return -EINVAL;
+	int err = 0;
+	brlock_read_lock(&m->io_lock);
+	uint64_t end = MIN(pos + len, mapping_eof(m));
+	/* In pieces of the largest window: each batch holds its folios
+	 * locked only until its own requests complete. */
+	for (uint64_t p = pos; p < end;) {
+		uint64_t n = MIN(m->ra_max, end - p);
+		bool cut;
+		int r = ra_window(m, p, p + n, UINT64_MAX, &cut);
+		if (p == pos)
+			err = r;
+		if (cut)
+			break;
+		p += n;
+	}
+	brlock_read_unlock(&m->io_lock);
+	return err;
+}
