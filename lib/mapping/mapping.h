@@ -131,6 +131,7 @@ struct mapping_ra_stream {
 	uint64_t win_start; /* the latest window: [win_start, win_end) */
 	uint64_t win_end;
 	uint64_t used;      /* clock of its last read, for replacement */
+	unsigned seq;       /* reads in a row that continued it */
 	bool live;
 };
 

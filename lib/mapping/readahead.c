@@ -12,8 +12,8 @@
  * ever churns slots and never starts a window, and a stream that turns
  * random is forgotten after a few such reads.
  *
- * Windows. The first read that continues a stream starts a window at its
- * own position, so that one engine request covers the read and what comes
+ * Windows. The second read in a row that continues a stream (one could
+ * be a random read landing by chance) starts a window at its own position, so that one engine request covers the read and what comes
  * after; its size is RA_INITIAL_FACTOR times the stride (at least
  * RA_INITIAL_MIN, at most readahead_max). The first folio the reader will
  * reach next gets the readahead mark; a reader reaching a marked folio in
@@ -44,6 +44,9 @@
 #define RA_INITIAL_FACTOR 4u
 #define RA_INITIAL_MIN ((uint64_t)128 << 10)
 #define RA_MAX_STRIDE 4u
+/* Reads in a row that must continue a stream before it gets a window:
+ * one could be chance (a random read landing just after another). */
+#define RA_CONFIRM 2u
 
 /* One window in flight: its requests count in group.pending (plus one
  * held by the submitter until it has submitted them all), its folios are
@@ -283,11 +286,12 @@ void mapping_readahead_on_read(struct folio_mapping *m, uint64_t pos,
 		s->live = true;
 	} else {
 		s->stride = pos - s->prev;
+		s->seq += confirmed && s->seq < RA_CONFIRM;
 	}
 	s->prev = pos;
 	s->next = pos + len;
 	s->used = ++ra->clock;
-	if (confirmed && pos + len > s->win_end) {
+	if (s->seq >= RA_CONFIRM && pos + len > s->win_end) {
 		uint64_t last = s->win_end - s->win_start;
 		uint64_t size = last ? MIN(last * 2, m->ra_max)
 				     : ra_initial(m, MAX(s->stride, len));

@@ -1,0 +1,547 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Readahead: stream detection (sequential, strided, interleaved, random,
+ * seeking back), window growth and its cap, turning it off, completion
+ * from another thread or a poller, EOF, truncate while reads are in
+ * flight, pool pressure and the wasted count, read errors, the explicit
+ * call's arguments, and several threads reading one mapping.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "folio_state.h"
+#include "folio_state_mem.h"
+#include "test_util.h"
+
+#define KIB ((uint64_t)1 << 10)
+#define MIB ((uint64_t)1 << 20)
+
+/* The byte the store holds at pos. */
+static unsigned char pattern(uint64_t pos)
+{
+	return (unsigned char)(pos * 7 + (pos >> 12) * 13 + 1);
+}
+
+static void check_bytes(const unsigned char *b, size_t n, uint64_t pos)
+{
+	for (size_t i = 0; i < n; i++)
+		if (b[i] != pattern(pos + i))
+			fail_msg("byte at %llu is %u, not %u",
+				 (unsigned long long)(pos + i), b[i],
+				 pattern(pos + i));
+}
+
+struct env {
+	struct folio_engine *e;
+	struct folio_mapping *m;
+	struct folio_pool *p;
+	uint64_t size;
+};
+
+static void fill_store(struct folio_engine *e, uint64_t size)
+{
+	enum { CHUNK = 1 << 20 };
+	unsigned char *b = malloc(CHUNK);
+	assert_non_null(b);
+	for (uint64_t at = 0; at < size; at += CHUNK) {
+		size_t n = (size_t)test_min_u64(CHUNK, size - at);
+		for (size_t i = 0; i < n; i++)
+			b[i] = pattern(at + i);
+		assert_int_equal(folio_engine_mem_poke(e, b, n, at), 0);
+	}
+	free(b);
+}
+
+/* A mem engine holding `size` patterned bytes and a mapping over it. */
+static void env_open(struct env *v, uint64_t size, unsigned flags,
+		     size_t ra_max, struct folio_pool *pool)
+{
+	memset(v, 0, sizeof(*v));
+	v->size = size;
+	v->p = pool;
+	assert_int_equal(folio_engine_mem(&v->e, 256 * MIB), 0);
+	fill_store(v->e, size);
+	struct folio_mapping_opts o = {
+		.sz = sizeof(o), .block_size = 4096, .size = size,
+		.flags = flags, .engine = v->e, .pool = pool,
+		.readahead_max = ra_max,
+	};
+	assert_int_equal(folio_mapping_new(&v->m, &o), 0);
+}
+
+static void env_close(struct env *v)
+{
+	test_close(v->m, v->e);
+	v->m = NULL;
+}
+
+/* Read [pos, pos+len) in calls of `step` bytes and check every byte. */
+static void read_range(struct env *v, uint64_t pos, uint64_t len, size_t step)
+{
+	unsigned char *b = malloc(step);
+	assert_non_null(b);
+	for (uint64_t at = pos; at < pos + len; at += step) {
+		size_t n = (size_t)test_min_u64(step, pos + len - at);
+		assert_int_equal(folio_mapping_read(v->m, b, n, at),
+				 (ssize_t)n);
+		check_bytes(b, n, at);
+	}
+	free(b);
+}
+
+static uint64_t engine_reads(struct env *v)
+{
+	return test_mem_stats(v->e).read_requests;
+}
+
+/* A sequential 4 KiB reader: once the window has grown, the engine sees
+ * at most two requests per MiB, and the reader's folios came from
+ * readahead. */
+static void test_sequential(void **state)
+{
+	(void)state;
+	struct env v;
+	env_open(&v, 16 * MIB, 0, 0, NULL);
+	read_range(&v, 0, 2 * MIB, 4096);
+	uint64_t warm = engine_reads(&v);
+	read_range(&v, 2 * MIB, 14 * MIB, 4096);
+	uint64_t per_mib = (engine_reads(&v) - warm) / 14;
+	printf("# sequential: %llu requests for the first 2 MiB, %llu per MiB "
+	       "after\n", (unsigned long long)warm,
+	       (unsigned long long)per_mib);
+	assert_true(per_mib <= 2);
+	assert_true(warm <= 12);
+	struct folio_mapping_stats st = test_mapping_stats(v.m);
+	assert_true(st.readahead_bytes >= 15 * MIB);
+	assert_true(st.readahead_hits > 0);
+	assert_int_equal(st.readahead_wasted, 0);
+	/* Never more than the object. */
+	assert_true(test_mem_stats(v.e).read_bytes <= 16 * MIB);
+	env_close(&v);
+}
+
+/* 4 KiB every 8 KiB: a strided stream, read in windows over its span. */
+static void test_strided(void **state)
+{
+	(void)state;
+	struct env v;
+	env_open(&v, 16 * MIB, 0, 0, NULL);
+	unsigned char b[4096];
+	unsigned calls = 0;
+	for (uint64_t at = 0; at + 4096 <= 16 * MIB; at += 8192, calls++) {
+		assert_int_equal(folio_mapping_read(v.m, b, 4096, at), 4096);
+		check_bytes(b, 4096, at);
+	}
+	uint64_t reqs = engine_reads(&v);
+	printf("# strided: %u reads, %llu engine requests\n", calls,
+	       (unsigned long long)reqs);
+	assert_true(reqs * 20 < calls);
+	assert_true(test_mapping_stats(v.m).readahead_bytes > 8 * MIB);
+	env_close(&v);
+}
+
+/* Two readers interleaved on one mapping: each stream keeps its own
+ * window. */
+static void test_two_streams(void **state)
+{
+	(void)state;
+	struct env v;
+	env_open(&v, 16 * MIB, 0, 0, NULL);
+	unsigned char b[4096];
+	const uint64_t half = 8 * MIB;
+	uint64_t warm = 0;
+	for (uint64_t at = 0; at < half; at += 4096) {
+		if (at == 2 * MIB)
+			warm = engine_reads(&v);
+		assert_int_equal(folio_mapping_read(v.m, b, 4096, at), 4096);
+		check_bytes(b, 4096, at);
+		assert_int_equal(folio_mapping_read(v.m, b, 4096, half + at),
+				 4096);
+		check_bytes(b, 4096, half + at);
+	}
+	uint64_t after = engine_reads(&v) - warm;
+	printf("# two streams: %llu requests for the last 12 MiB\n",
+	       (unsigned long long)after);
+	assert_true(after <= 2 * 12);
+	env_close(&v);
+}
+
+/* Random reads start no readahead. */
+static void test_random(void **state)
+{
+	(void)state;
+	struct env v;
+	env_open(&v, 64 * MIB, 0, 0, NULL);
+	uint64_t seed = test_seed("readahead_random");
+	unsigned char b[4096];
+	unsigned n = test_iters(3000, 500);
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t at = test_rand_below(&seed, 64 * MIB / 4096) * 4096;
+		assert_int_equal(folio_mapping_read(v.m, b, 4096, at), 4096);
+		check_bytes(b, 4096, at);
+	}
+	struct folio_mem_stats ms = test_mem_stats(v.e);
+	uint64_t asked = (uint64_t)n * 4096;
+	printf("# random: %llu bytes read for %llu asked\n",
+	       (unsigned long long)ms.read_bytes,
+	       (unsigned long long)asked);
+	assert_true(ms.read_bytes * 10 <= asked * 11);
+	assert_int_equal(test_mapping_stats(v.m).readahead_bytes, 0);
+	env_close(&v);
+}
+
+/* A reader that goes back to the start re-reads nothing, and readahead
+ * goes on where the cache ends. */
+static void test_seek_back(void **state)
+{
+	(void)state;
+	struct env v;
+	env_open(&v, 8 * MIB, 0, 0, NULL);
+	read_range(&v, 0, 2 * MIB, 4096);
+	uint64_t bytes = test_mem_stats(v.e).read_bytes;
+	read_range(&v, 0, 2 * MIB, 4096);
+	assert_int_equal(test_mem_stats(v.e).read_bytes, bytes);
+	uint64_t reqs = engine_reads(&v);
+	read_range(&v, 2 * MIB, 6 * MIB, 4096);
+	assert_true(engine_reads(&v) - reqs <= 2 * 6 + 4);
+	assert_true(test_mem_stats(v.e).read_bytes <= 8 * MIB);
+	env_close(&v);
+}
+
+/* The window grows from its first size to readahead_max and no
+ * further: what is cached ahead of the reader stays within two
+ * windows. */
+static void test_window_cap(void **state)
+{
+	(void)state;
+	struct env v;
+	const uint64_t max = 256 * KIB;
+	env_open(&v, 8 * MIB, 0, (size_t)max, NULL);
+	unsigned char b[4096];
+	uint64_t most_ahead = 0;
+	for (uint64_t at = 0; at < 8 * MIB; at += 4096) {
+		assert_int_equal(folio_mapping_read(v.m, b, 4096, at), 4096);
+		uint64_t cached = test_mapping_stats(v.m).cached_bytes;
+		uint64_t ahead = cached > at + 4096 ? cached - at - 4096 : 0;
+		if (ahead > most_ahead)
+			most_ahead = ahead;
+		assert_true(ahead <= 2 * max);
+	}
+	printf("# window cap: at most %llu KiB ahead of the reader\n",
+	       (unsigned long long)(most_ahead / KIB));
+	/* Grown past the first window (128 KiB). */
+	assert_true(most_ahead > 128 * KIB);
+	/* 8 MiB in windows of 256 KiB: about 32 requests. */
+	assert_true(engine_reads(&v) <= 8 * MIB / max + 8);
+	env_close(&v);
+}
+
+/* FOLIO_MAPPING_NO_READAHEAD: one request per read call, but the
+ * explicit call still works. */
+static void test_no_readahead(void **state)
+{
+	(void)state;
+	struct env v;
+	env_open(&v, 4 * MIB, FOLIO_MAPPING_NO_READAHEAD, 0, NULL);
+	read_range(&v, 0, MIB, 4096);
+	assert_int_equal(engine_reads(&v), MIB / 4096);
+	assert_int_equal(test_mapping_stats(v.m).readahead_bytes, 0);
+	assert_int_equal(folio_mapping_readahead(v.m, MIB, 2 * MIB), 0);
+	uint64_t reqs = engine_reads(&v);
+	assert_true(reqs - MIB / 4096 <= 4);
+	read_range(&v, MIB, 2 * MIB, 4096);
+	assert_int_equal(engine_reads(&v), reqs);
+	struct folio_mapping_stats st = test_mapping_stats(v.m);
+	assert_int_equal(st.readahead_bytes, 2 * MIB);
+	assert_true(st.readahead_hits > 0);
+	env_close(&v);
+}
+
+/* Windows completed by the engine's thread, or only when someone polls:
+ * readers wait for (and drive) them; free drains what nobody read. */
+static void async_mode(enum folio_mem_mode mode)
+{
+	struct env v;
+	env_open(&v, 8 * MIB, 0, 0, NULL);
+	assert_int_equal(folio_engine_mem_set_mode(v.e, mode, 42), 0);
+	read_range(&v, 0, 8 * MIB, 4096);
+	struct folio_mapping_stats st = test_mapping_stats(v.m);
+	assert_true(st.readahead_bytes >= 7 * MIB);
+	assert_true(engine_reads(&v) <= 40);
+	/* Started and never read: free (after the invalidate) waits. */
+	assert_int_equal(folio_mapping_truncate(v.m, 0), 0);
+	assert_int_equal(folio_mapping_truncate(v.m, 8 * MIB), 0);
+	assert_int_equal(folio_mapping_readahead(v.m, 0, 8 * MIB), 0);
+	assert_int_equal(folio_mapping_free(v.m), 0);
+	v.m = NULL;
+	assert_int_equal(folio_engine_mem_set_mode(v.e, FOLIO_MEM_SYNC, 0), 0);
+	env_close(&v);
+}
+
+static void test_async_thread(void **state)
+{
+	(void)state;
+	async_mode(FOLIO_MEM_THREAD);
+}
+
+static void test_async_poll(void **state)
+{
+	(void)state;
+	async_mode(FOLIO_MEM_POLL);
+}
+
+/* Nothing at or past EOF is ever asked of the engine. */
+static void test_eof(void **state)
+{
+	(void)state;
+	struct env v;
+	const uint64_t size = 3 * MIB + 100;
+	const uint64_t rounded = (size + 4095) & ~(uint64_t)4095;
+	env_open(&v, size, 0, 0, NULL);
+	read_range(&v, 0, size, 4096);
+	unsigned char b[4096];
+	assert_int_equal(folio_mapping_read(v.m, b, sizeof(b), size), 0);
+	assert_true(test_mem_stats(v.e).read_bytes <= rounded);
+	env_close(&v);
+
+	env_open(&v, size, 0, 0, NULL);
+	assert_int_equal(folio_mapping_readahead(v.m, 0, 64 * MIB), 0);
+	assert_int_equal(folio_mapping_readahead(v.m, 8 * MIB, MIB), 0);
+	assert_true(test_mem_stats(v.e).read_bytes <= rounded);
+	/* The tail past EOF reads as nothing, the last bytes as stored. */
+	assert_int_equal(folio_mapping_read(v.m, b, sizeof(b), size - 100),
+			 100);
+	check_bytes(b, 100, size - 100);
+	env_close(&v);
+}
+
+/* Truncate while windows are in flight: the cut holds, nothing beyond
+ * it comes back, and growing again reads zeros there. */
+static void test_truncate_during(void **state)
+{
+	(void)state;
+	struct env v;
+	env_open(&v, 8 * MIB, 0, 0, NULL);
+	assert_int_equal(folio_engine_mem_set_mode(v.e, FOLIO_MEM_THREAD, 7),
+			 0);
+	unsigned rounds = test_iters(20, 4);
+	for (unsigned r = 0; r < rounds; r++) {
+		uint64_t cut = MIB + r * 12345;
+		assert_int_equal(folio_mapping_readahead(v.m, 0, 8 * MIB), 0);
+		assert_int_equal(folio_mapping_truncate(v.m, cut), 0);
+		unsigned char b[8192];
+		assert_int_equal(folio_mapping_read(v.m, b, sizeof(b),
+						    cut - 4096),
+				 4096);
+		check_bytes(b, 4096, cut - 4096);
+		assert_int_equal(folio_mapping_read(v.m, b, sizeof(b), cut), 0);
+		assert_int_equal(folio_mapping_truncate(v.m, 2 * MIB), 0);
+		assert_int_equal(folio_mapping_read(v.m, b, sizeof(b), cut),
+				 (ssize_t)sizeof(b));
+		for (size_t i = 0; i < sizeof(b); i++)
+			assert_int_equal(b[i], 0);
+		/* Put the store back for the next round. */
+		assert_int_equal(folio_mapping_truncate(v.m, 0), 0);
+		assert_int_equal(folio_engine_mem_set_mode(v.e, FOLIO_MEM_SYNC,
+							   0),
+				 0);
+		fill_store(v.e, 8 * MIB);
+		assert_int_equal(folio_engine_mem_set_mode(
+					 v.e, FOLIO_MEM_THREAD, r),
+				 0);
+		assert_int_equal(folio_mapping_truncate(v.m, 8 * MIB), 0);
+	}
+	assert_int_equal(folio_engine_mem_set_mode(v.e, FOLIO_MEM_SYNC, 0), 0);
+	env_close(&v);
+}
+
+/* A full pool cuts readahead short, and unread readahead folios are the
+ * first to go: a hot set read a few times survives, the unread ones
+ * count as wasted. */
+static void test_pool_pressure(void **state)
+{
+	(void)state;
+	struct folio_pool *p;
+	const uint64_t budget = 4 * MIB;
+	struct folio_pool_opts po = {.sz = sizeof(po), .budget = budget};
+	assert_int_equal(folio_pool_new(&p, &po), 0);
+	struct env hot, v;
+	env_open(&hot, MIB, FOLIO_MAPPING_NO_READAHEAD, 0, p);
+	env_open(&v, 64 * MIB, 0, 0, p);
+	for (int round = 0; round < 3; round++)
+		read_range(&hot, 0, MIB, 64 * 1024);
+	/* Far more than the budget: cut short, never waits. */
+	assert_int_equal(folio_mapping_readahead(v.m, 0, 64 * MIB), 0);
+	struct folio_pool_stats ps = {.sz = sizeof(ps)};
+	assert_int_equal(folio_pool_stats(p, &ps), 0);
+	assert_true(ps.cached_bytes <= budget);
+	for (uint64_t at = 0; at < 32 * MIB; at += 2 * MIB)
+		assert_int_equal(folio_mapping_readahead(v.m, at, 2 * MIB), 0);
+	struct folio_mapping_stats st = test_mapping_stats(v.m);
+	printf("# pool: %llu bytes read ahead, %llu wasted\n",
+	       (unsigned long long)st.readahead_bytes,
+	       (unsigned long long)st.readahead_wasted);
+	assert_true(st.readahead_wasted > 0);
+	assert_true(st.readahead_wasted <= st.readahead_bytes);
+	/* The hot set is still there. */
+	uint64_t reqs = engine_reads(&hot);
+	read_range(&hot, 0, MIB, 64 * 1024);
+	assert_int_equal(engine_reads(&hot), reqs);
+	/* A sequential reader under pressure still gets every byte. */
+	read_range(&v, 40 * MIB, 16 * MIB, 4096);
+	env_close(&v);
+	env_close(&hot);
+	assert_int_equal(folio_pool_free(p), 0);
+}
+
+/* A failed readahead marks nothing: the reader reads the bytes itself
+ * and gets them, or the error when the store keeps failing. */
+static void test_read_errors(void **state)
+{
+	(void)state;
+	struct env v;
+	env_open(&v, 8 * MIB, 0, 0, NULL);
+	struct folio_mem_fault f = {
+		.sz = sizeof(f), .ops = FOLIO_MEM_OP_READ, .pos = 3 * MIB,
+		.len = 4096, .count = 1, .error = -EIO,
+	};
+	assert_int_equal(folio_engine_mem_inject(v.e, &f), 0);
+	read_range(&v, 0, 8 * MIB, 4096);
+	assert_int_equal(test_mem_stats(v.e).faults, 1);
+	env_close(&v);
+
+	env_open(&v, 8 * MIB, 0, 0, NULL);
+	f.count = 0; /* every time */
+	assert_int_equal(folio_engine_mem_inject(v.e, &f), 0);
+	read_range(&v, 0, 3 * MIB, 4096);
+	unsigned char b[4096];
+	assert_int_equal(folio_mapping_read(v.m, b, sizeof(b), 3 * MIB),
+			 -EIO);
+	assert_int_equal(folio_engine_mem_clear_faults(v.e), 0);
+	read_range(&v, 3 * MIB, 5 * MIB, 4096);
+	env_close(&v);
+}
+
+static void test_bad_args(void **state)
+{
+	(void)state;
+	assert_int_equal(folio_mapping_readahead(NULL, 0, 4096), -EINVAL);
+	struct env v;
+	env_open(&v, MIB, 0, 0, NULL);
+	assert_int_equal(folio_mapping_readahead(v.m, FOLIO_MAX_POS + 1, 0),
+			 -EINVAL);
+	assert_int_equal(folio_mapping_readahead(v.m, FOLIO_MAX_POS - 4096,
+						 8192),
+			 -EINVAL);
+	assert_int_equal(folio_mapping_readahead(v.m, 0, UINT64_MAX),
+			 -EINVAL);
+	assert_int_equal(folio_mapping_readahead(v.m, 0, 0), 0);
+	assert_int_equal(test_mem_stats(v.e).read_requests, 0);
+	assert_int_equal(folio_mapping_readahead(v.m, 2 * MIB, MIB), 0);
+	assert_int_equal(test_mem_stats(v.e).read_requests, 0);
+
+	struct folio_mapping *m;
+	struct folio_mapping_opts o = {.sz = sizeof(o), .block_size = 4096,
+				       .engine = v.e};
+	o.readahead_max = 4096 + 512;
+	assert_int_equal(folio_mapping_new(&m, &o), -EINVAL);
+	o.readahead_max = FOLIO_MAPPING_MAX_READAHEAD + 4096;
+	assert_int_equal(folio_mapping_new(&m, &o), -EINVAL);
+	o.readahead_max = 64 * 1024;
+	assert_int_equal(folio_mapping_new(&m, &o), 0);
+	assert_int_equal(folio_mapping_free(m), 0);
+	/* A caller built before the field existed gets the default. */
+	o.sz = offsetof(struct folio_mapping_opts, readahead_max);
+	o.readahead_max = 12345;
+	assert_int_equal(folio_mapping_new(&m, &o), 0);
+	assert_int_equal(folio_mapping_free(m), 0);
+	o.sz = sizeof(o);
+	o.readahead_max = 0;
+	o.flags = 0x80000000u;
+	assert_int_equal(folio_mapping_new(&m, &o), -EINVAL);
+	env_close(&v);
+}
+
+/* Several threads read one mapping: each its own sequential stream, and
+ * all of them the same region at once. */
+struct reader {
+	struct env *v;
+	uint64_t pos, len;
+	size_t step;
+};
+
+static void *reader_main(void *arg)
+{
+	struct reader *r = arg;
+	unsigned char *b = malloc(r->step);
+	for (uint64_t at = r->pos; b && at < r->pos + r->len; at += r->step) {
+		ssize_t n = folio_mapping_read(r->v->m, b, r->step, at);
+		if (n != (ssize_t)r->step)
+			abort();
+		for (size_t i = 0; i < r->step; i++)
+			if (b[i] != pattern(at + i))
+				abort();
+	}
+	free(b);
+	return NULL;
+}
+
+static void test_threads(void **state)
+{
+	(void)state;
+	struct env v;
+	const uint64_t size = 32 * MIB;
+	env_open(&v, size, 0, 0, NULL);
+	assert_int_equal(folio_engine_mem_set_mode(v.e, FOLIO_MEM_THREAD, 3),
+			 0);
+	enum { N = 6 };
+	pthread_t t[N];
+	struct reader r[N];
+	for (unsigned i = 0; i < N; i++) {
+		/* Four on streams of their own, two on the first one. */
+		uint64_t part = size / 4;
+		r[i] = (struct reader){&v, (i % 4) * part, part,
+				       i < 4 ? 4096 : 16384};
+		assert_int_equal(pthread_create(&t[i], NULL, reader_main,
+						&r[i]),
+				 0);
+	}
+	for (unsigned i = 0; i < N; i++)
+		assert_int_equal(pthread_join(t[i], NULL), 0);
+	struct folio_mapping_stats st = test_mapping_stats(v.m);
+	assert_true(st.readahead_bytes > size / 2);
+	assert_true(test_mem_stats(v.e).read_bytes <= size);
+	assert_int_equal(folio_engine_mem_set_mode(v.e, FOLIO_MEM_SYNC, 0), 0);
+	env_close(&v);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_sequential),
+		cmocka_unit_test(test_strided),
+		cmocka_unit_test(test_two_streams),
+		cmocka_unit_test(test_random),
+		cmocka_unit_test(test_seek_back),
+		cmocka_unit_test(test_window_cap),
+		cmocka_unit_test(test_no_readahead),
+		cmocka_unit_test(test_async_thread),
+		cmocka_unit_test(test_async_poll),
+		cmocka_unit_test(test_eof),
+		cmocka_unit_test(test_truncate_during),
+		cmocka_unit_test(test_pool_pressure),
+		cmocka_unit_test(test_read_errors),
+		cmocka_unit_test(test_bad_args),
+		cmocka_unit_test(test_threads),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
