@@ -929,7 +929,8 @@ FOLIO_EXPORT int folio_mapping_new(struct folio_mapping **out,
  * and leaves it.
  *
  * Context: the last call on @m, made when no other thread uses it; first
- * waits for the pool's own threads to stop using @m (a flusher finishes
+ * waits for readahead reads in flight (driving a polled engine), then for
+ * the pool's own threads to stop using @m (a flusher finishes
  * its request), then takes io_lock exclusively, does no I/O. When no folio is busy but a
  * completion is still finishing (a sync that just returned may have been
  * woken before its last completion returned), it yields until that
@@ -1140,8 +1141,8 @@ FOLIO_EXPORT int folio_mapping_lookup(struct folio_mapping *m, uint64_t pos,
  *
  * Context: any thread; takes io_lock exclusively (waiting for reads,
  * writes, writeback passes and invalidates of @m to leave; they wait for
- * it), then each folio past @size; sleeps and does I/O (the engine's
- * truncate()). The caller must hold no lock of a folio of @m.
+ * it), then waits for readahead reads in flight, then locks each folio
+ * past @size; sleeps and does I/O (the engine's truncate()). The caller must hold no lock of a folio of @m.
  * Return: 0; -EINVAL for NULL @m; -EFBIG for @size past FOLIO_MAX_POS; the
  * error of the engine's truncate() (a positive value: -EIO).
  */
@@ -1169,8 +1170,9 @@ FOLIO_EXPORT int folio_mapping_truncate(struct folio_mapping *m,
  * the last dirty block before @pos, at most @pos; bytes past the new EOF
  * are zeroed. The store itself is not changed.
  *
- * Context: any thread; takes io_lock exclusively (as truncate) and each
- * folio's lock, and waits for their writeback; sleeps, and calls no engine
+ * Context: any thread; takes io_lock exclusively (as truncate), waits for
+ * readahead reads in flight, takes each folio's lock, and waits for their
+ * writeback; sleeps, and calls no engine
  * callback but wait(). The caller must hold no lock of a folio of @m.
  * Return: 0; -EBUSY when, without FOLIO_INVALIDATE_DISCARD, folios were
  * kept (the others are still dropped; with it the call returns 0 even
