@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Randomized model test of the mapping: random writes, reads, truncates,
- * invalidates, syncs and reopenings over the mem engine, checked against a
+ * invalidates, syncs and reopenings over the mem engine (sequential
+ * readers too, so that readahead runs, once with completions from the
+ * engine's thread), checked against a
  * plain byte array (the object's content) after every step. After a sync
  * the backing store must equal the model too.
  */
@@ -26,6 +28,7 @@
 struct geometry {
 	size_t block, min_folio, max_folio;
 	unsigned flags;
+	bool async; /* the mem engine completes from its thread */
 };
 
 struct model {
@@ -96,10 +99,8 @@ static void do_write(struct world *w)
 		w->model.size = pos + len;
 }
 
-static void do_read(struct world *w)
+static void read_check(struct world *w, size_t len, uint64_t pos)
 {
-	size_t len = random_len(w);
-	uint64_t pos = random_pos(w, len);
 	ssize_t r = folio_mapping_read(w->map, w->buf, len, pos);
 	size_t want = pos >= w->model.size ? 0
 		      : (size_t)test_min_u64(len, w->model.size - pos);
@@ -111,6 +112,28 @@ static void do_read(struct world *w)
 					 (unsigned long long)(pos + i), i,
 					 w->buf[i], w->model.bytes[pos + i]);
 	}
+}
+
+static void do_read(struct world *w)
+{
+	size_t len = random_len(w);
+	read_check(w, len, random_pos(w, len));
+}
+
+/* A sequential reader: enough calls in a row to start readahead and
+ * reach its marks; sometimes an explicit readahead first. */
+static void do_stream(struct world *w)
+{
+	size_t len = 1 + test_rand_below(&w->rng, 32768);
+	unsigned calls = 3 + (unsigned)test_rand_below(&w->rng, 60);
+	uint64_t pos = random_pos(w, len * calls);
+	if (test_rand_below(&w->rng, 4) == 0)
+		assert_int_equal(folio_mapping_readahead(
+					 w->map, pos,
+					 test_rand_below(&w->rng, MAX_IO)),
+				 0);
+	for (unsigned i = 0; i < calls; i++, pos += len)
+		read_check(w, len, pos);
 }
 
 static void do_truncate(struct world *w)
@@ -174,14 +197,20 @@ static void run_geometry(const struct geometry *g, uint64_t seed,
 		.flags = g->flags,
 		.engine = w.engine,
 	};
+	if (g->async)
+		assert_int_equal(folio_engine_mem_set_mode(
+					 w.engine, FOLIO_MEM_THREAD, seed),
+				 0);
 	open_mapping(&w);
 
 	for (unsigned i = 0; i < steps; i++) {
 		unsigned op = (unsigned)test_rand_below(&w.rng, 100);
 		if (op < 40)
 			do_write(&w);
-		else if (op < 75)
+		else if (op < 68)
 			do_read(&w);
+		else if (op < 75)
+			do_stream(&w);
 		else if (op < 83)
 			do_truncate(&w);
 		else if (op < 90)
@@ -203,6 +232,10 @@ static void run_geometry(const struct geometry *g, uint64_t seed,
 		assert_memory_equal(w.buf, w.model.bytes + at, n);
 	}
 	assert_int_equal(folio_mapping_free(w.map), 0);
+	if (g->async)
+		assert_int_equal(folio_engine_mem_set_mode(w.engine,
+							   FOLIO_MEM_SYNC, 0),
+				 0);
 	assert_int_equal(folio_engine_free(w.engine), 0);
 	free(w.model.bytes);
 	free(w.buf);
@@ -210,16 +243,18 @@ static void run_geometry(const struct geometry *g, uint64_t seed,
 }
 
 static const struct geometry geometries[] = {
-	{512, 512, 4096, 0},
-	{512, 512, 2u << 20, 0},
-	{4096, 4096, 4096, 0},
-	{4096, 4096, 64u << 10, 0},
-	{4096, 4096, 2u << 20, 0},
-	{4096, 16384, 2u << 20, 0},
-	{65536, 65536, 65536, 0},
-	{65536, 65536, 2u << 20, 0},
-	{4096, 4096, 64u << 10, FOLIO_MAPPING_FOLIO_DIRTY},
-	{512, 4096, 2u << 20, FOLIO_MAPPING_STABLE_WRITES},
+	{512, 512, 4096, 0, false},
+	{512, 512, 2u << 20, 0, false},
+	{4096, 4096, 4096, 0, false},
+	{4096, 4096, 64u << 10, 0, false},
+	{4096, 4096, 2u << 20, 0, false},
+	{4096, 16384, 2u << 20, 0, false},
+	{65536, 65536, 65536, 0, false},
+	{65536, 65536, 2u << 20, 0, false},
+	{4096, 4096, 64u << 10, FOLIO_MAPPING_FOLIO_DIRTY, false},
+	{512, 4096, 2u << 20, FOLIO_MAPPING_STABLE_WRITES, false},
+	{4096, 4096, 2u << 20, 0, true},
+	{4096, 4096, 64u << 10, FOLIO_MAPPING_NO_READAHEAD, true},
 };
 
 static void test_model(void **state)
@@ -230,8 +265,9 @@ static void test_model(void **state)
 	for (size_t i = 0; i < sizeof(geometries) / sizeof(geometries[0]);
 	     i++) {
 		const struct geometry *g = &geometries[i];
-		printf("# geometry block %zu min %zu max %zu flags %#x\n",
-		       g->block, g->min_folio, g->max_folio, g->flags);
+		printf("# geometry block %zu min %zu max %zu flags %#x%s\n",
+		       g->block, g->min_folio, g->max_folio, g->flags,
+		       g->async ? " async" : "");
 		run_geometry(g, seed + i, steps);
 	}
 }
