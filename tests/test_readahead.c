@@ -199,6 +199,31 @@ static void test_random(void **state)
 	env_close(&v);
 }
 
+/* A stream that turns random stops: nothing more is read ahead, and
+ * reaching a mark the forgotten stream left starts nothing. */
+static void test_turns_random(void **state)
+{
+	(void)state;
+	struct env v;
+	env_open(&v, 64 * MIB, 0, 0, NULL);
+	read_range(&v, 0, MIB, 4096);
+	uint64_t ahead = test_mapping_stats(v.m).readahead_bytes;
+	assert_true(ahead > 0);
+	uint64_t seed = test_seed("readahead_turns_random");
+	unsigned char b[4096];
+	for (unsigned i = 0; i < 200; i++) {
+		uint64_t at = 8 * MIB +
+			      test_rand_below(&seed, 56 * MIB / 4096) * 4096;
+		assert_int_equal(folio_mapping_read(v.m, b, 4096, at), 4096);
+		check_bytes(b, 4096, at);
+	}
+	/* Back where the stream's windows are, but the stream is gone. */
+	assert_int_equal(folio_mapping_read(v.m, b, 4096, 3 * MIB / 2),
+			 4096);
+	assert_int_equal(test_mapping_stats(v.m).readahead_bytes, ahead);
+	env_close(&v);
+}
+
 /* A reader that goes back to the start re-reads nothing, and readahead
  * goes on where the cache ends. */
 static void test_seek_back(void **state)
@@ -531,6 +556,7 @@ int main(void)
 		cmocka_unit_test(test_strided),
 		cmocka_unit_test(test_two_streams),
 		cmocka_unit_test(test_random),
+		cmocka_unit_test(test_turns_random),
 		cmocka_unit_test(test_seek_back),
 		cmocka_unit_test(test_window_cap),
 		cmocka_unit_test(test_no_readahead),

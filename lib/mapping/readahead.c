@@ -243,31 +243,47 @@ static struct mapping_ra_stream *ra_victim(struct mapping_ra *ra)
 	return v;
 }
 
+/* How a read relates to a stream (ra_match()). */
+enum ra_fit {
+	RA_NONE,   /* no stream: it takes a slot of its own */
+	RA_MAYBE,  /* a stream's second read, a little after its first */
+	RA_NEXT,   /* continues a stream, contiguous or at its stride */
+	RA_INSIDE, /* lands in a stream's latest window or at its end */
+};
+
 /*
- * The stream a read at pos continues, or NULL. A stream with only one
- * read yet may become strided here (its second read comes a little
- * after its first), which starts nothing before a third read confirms
- * it. Caller holds the lock.
+ * The stream a read at pos fits best, and how. A read inside a window
+ * belongs to that window's stream even when the reads since the window
+ * started were not seen (a cached read may skip this path entirely).
+ * Caller holds the lock.
  */
 static struct mapping_ra_stream *ra_match(struct mapping_ra *ra, uint64_t pos,
-					  size_t len, bool *confirmed)
+					  size_t len, enum ra_fit *fit)
 {
-	struct mapping_ra_stream *maybe = NULL;
+	struct mapping_ra_stream *best = NULL;
+	*fit = RA_NONE;
 	for (unsigned i = 0; i < MAPPING_RA_STREAMS; i++) {
 		struct mapping_ra_stream *t = &ra->s[i];
 		if (!t->live)
 			continue;
-		if (pos == t->next ||
-		    (t->stride && pos == t->prev + t->stride)) {
-			*confirmed = true;
+		enum ra_fit f = RA_NONE;
+		if (pos == t->next || (t->stride && pos == t->prev + t->stride))
+			f = RA_NEXT;
+		else if (t->win_end && pos >= t->win_start && pos <= t->win_end)
+			f = RA_INSIDE;
+		else if (!t->stride && pos > t->next &&
+			 pos - t->prev <= (uint64_t)len * RA_MAX_STRIDE)
+			f = RA_MAYBE;
+		if (f == RA_NEXT) {
+			*fit = f;
 			return t;
 		}
-		if (!t->stride && pos > t->next &&
-		    pos - t->prev <= (uint64_t)len * RA_MAX_STRIDE)
-			maybe = t;
+		if (f > *fit) {
+			*fit = f;
+			best = t;
+		}
 	}
-	*confirmed = false;
-	return maybe;
+	return best;
 }
 
 void mapping_readahead_on_read(struct folio_mapping *m, uint64_t pos,
@@ -278,15 +294,15 @@ void mapping_readahead_on_read(struct folio_mapping *m, uint64_t pos,
 	struct mapping_ra *ra = &m->ra;
 	uint64_t start = 0, end = 0, mark = 0;
 	spin_lock(&ra->lock);
-	bool confirmed;
-	struct mapping_ra_stream *s = ra_match(ra, pos, len, &confirmed);
+	enum ra_fit fit;
+	struct mapping_ra_stream *s = ra_match(ra, pos, len, &fit);
 	if (!s) {
 		s = ra_victim(ra);
 		memset(s, 0, sizeof(*s));
 		s->live = true;
-	} else {
+	} else if (fit != RA_INSIDE) {
 		s->stride = pos - s->prev;
-		s->seq += confirmed && s->seq < RA_CONFIRM;
+		s->seq += fit == RA_NEXT && s->seq < RA_CONFIRM;
 	}
 	s->prev = pos;
 	s->next = pos + len;
