@@ -495,14 +495,26 @@ struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos)
 		 * before the lock is ours, and then not without it: no
 		 * reference and no hint change is needed, so a hot random
 		 * reader writes nothing but the folio's lock word. */
+		bool old_pinned = false;
+		struct folio *old = NULL;
 		pthread_rwlock_rdlock(&m->index_lock);
 		f = index_lookup(&m->index, mapping_key(m, pos));
 		if (f && !folio_lock_nowait(f))
 			f = NULL;
+		/* The first use of a folio read ahead is its creator's use
+		 * (mapping_find_or_create_locked()): no access, and it
+		 * becomes the hint, as a folio the reader created would,
+		 * so that the reader's next small steps through it are no
+		 * accesses either (a sequential pass must not look hot).
+		 * Once per folio: random hits still change no hint. */
+		bool first = f && folio_test_ra_unread(f);
+		if (first)
+			old = hint_set(m, f, &old_pinned);
 		pthread_rwlock_unlock(&m->index_lock);
+		hint_release(old, old_pinned);
 		if (!f)
 			return NULL;
-		if (m->cache)
+		if (m->cache && !first)
 			folio_note_access(f);
 	}
 	if (m->cache)

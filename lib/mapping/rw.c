@@ -483,8 +483,11 @@ static size_t read_cached(struct folio_mapping *m, unsigned char *dst,
 		size_t n = MIN(len - done, folio_bytes(f) - off);
 		bool ok = folio_all_uptodate(f) ||
 			  folio_is_uptodate(f, off, n) == 1;
-		if (ok)
+		if (ok) {
 			memcpy(dst + done, f->data + off, n);
+			/* Readahead (readahead.c): see below. */
+			mapping_readahead_reached(m, f);
+		}
 		folio_release(f);
 		if (!ok)
 			break;
@@ -511,11 +514,12 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 		len = 0;
 	else
 		len = (size_t)MIN((uint64_t)len, eof - pos);
-	/* Readahead (readahead.c) learns from every read and may start
-	 * reading beyond it before the read itself locks anything. */
-	mapping_readahead_on_read(m, pos, len);
-
 	done = read_cached(m, dst, len, pos);
+	/* Readahead (readahead.c) learns from every read the cache could
+	 * not serve, and may start reading beyond it before the read itself
+	 * locks anything. */
+	if (done < len)
+		mapping_readahead_on_read(m, pos + done, len - done);
 	while (done < len && !err) {
 		struct read_slot slot[READ_BATCH];
 		unsigned n = 0;
