@@ -204,11 +204,24 @@ static int ra_window(struct folio_mapping *m, uint64_t start, uint64_t end,
 	return none && err == -ENOMEM ? err : 0;
 }
 
-static void ra_set_window(struct mapping_ra_stream *s, uint64_t start,
-			  uint64_t end)
+/*
+ * Make [start, start+size) the stream's latest window and return its end.
+ * The end is rounded down to a multiple of the largest power of two in
+ * size when that keeps at least half of it: the next window starts
+ * there, so after one short window the windows are aligned to their
+ * size, get folios as large as they are, and fill whole engine requests.
+ */
+static uint64_t ra_set_window(struct mapping_ra_stream *s, uint64_t start,
+			      uint64_t size)
 {
+	uint64_t end = start + size;
+	uint64_t p2 = (uint64_t)1 << ilog2_u64(size);
+	uint64_t aligned = end & ~(p2 - 1);
+	if (aligned > start && aligned - start >= size / 2)
+		end = aligned;
 	s->win_start = start;
 	s->win_end = end;
+	return end;
 }
 
 /* Drop the stream lock, then start the window the caller chose under it
@@ -312,16 +325,8 @@ void mapping_readahead_on_read(struct folio_mapping *m, uint64_t pos,
 		uint64_t size = last ? MIN(last * 2, m->ra_max)
 				     : ra_initial(m, MAX(s->stride, len));
 		start = MAX(pos, s->win_end);
-		end = start + size;
-		/* A first window ends on a multiple of its size when that
-		 * keeps most of it, so that the windows after it, which
-		 * start there, get large aligned folios. */
-		uint64_t p2 = (uint64_t)1 << ilog2_u64(size);
-		uint64_t aligned = end & ~(p2 - 1);
-		if (!last && aligned > start && aligned - start >= size / 2)
-			end = aligned;
+		end = ra_set_window(s, start, size);
 		mark = pos + s->stride;
-		ra_set_window(s, start, end);
 	}
 	ra_unlock_start(m, start, end, mark);
 }
@@ -359,8 +364,7 @@ void mapping_readahead_reached(struct folio_mapping *m, struct folio *f)
 	if (s) {
 		uint64_t size = MIN((s->win_end - s->win_start) * 2, m->ra_max);
 		start = s->win_end;
-		end = start + size;
-		ra_set_window(s, start, end);
+		end = ra_set_window(s, start, size);
 	}
 	ra_unlock_start(m, start, end, start);
 }
