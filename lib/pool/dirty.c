@@ -224,6 +224,13 @@ void pool_op_balance(struct mapping_cache *c, struct folio_mapping *m)
 		if (!self) {
 			pool_op_kick(c);
 			wait_progress(p, mark, WAIT_NS);
+			/* Writes someone submitted without waiting, to an
+			 * engine that completes only when polled, would
+			 * hold the writer (and the flushers, which skip
+			 * folios under writeback) for good. */
+			if (atomic_load(&p->events) == mark &&
+			    pool_sum_writeback(p) > 0)
+				wait_for_others(p, mark);
 		} else if (!writeback_oldest(p, FLUSH_CHUNK)) {
 			wait_for_others(p, mark);
 		}
@@ -338,6 +345,11 @@ static void *flusher_main(void *arg)
 		 * for the folio being taken, truncate for one request. */
 		int64_t n =
 			mapping_writeback_chunk(mb->m, &cursor, FLUSH_CHUNK);
+		/* Nothing written because what is dirty is under writeback
+		 * already: wait for that (driving a polled engine) rather
+		 * than pick the member again at once. */
+		if (n == 0 && mapping_any_tagged(mb->m, INDEX_TAG_WRITEBACK))
+			mapping_wait_range_writeback(mb->m, 0, FOLIO_MAX_POS);
 		/* Written data stays in memory until flushed: flush when it
 		 * holds as much as dirty data may before the flushers start,
 		 * or when someone waits for room. */
