@@ -499,6 +499,123 @@ static void test_group_commit(void **state)
 	gated_free(g);
 }
 
+/*
+ * An engine with a volatile cache it drops when a flush fails, shared by
+ * two mappings (A at 0, B at 1 MiB), that can hold one write's completion
+ * back after the data reached the cache: a flush failing in between
+ * drops that write, however the write's completion and the failed
+ * flush's settling interleave.
+ */
+#define LOSSY_SIZE (2u * 1024 * 1024)
+struct lossy {
+	pthread_mutex_t lock;
+	unsigned char vol[LOSSY_SIZE], durable[LOSSY_SIZE];
+	bool vol_set[LOSSY_SIZE / 4096];
+	bool hold_next, fail_next;
+	struct folio_io *held;
+};
+
+static int lossy_submit(void *ctx, struct folio_io *io)
+{
+	struct lossy *l = ctx;
+	pthread_mutex_lock(&l->lock);
+	size_t at = (size_t)io->pos;
+	for (int i = 0; i < io->iovcnt; i++) {
+		if (io->op == FOLIO_IO_WRITE) {
+			memcpy(l->vol + at, io->iov[i].iov_base,
+			       io->iov[i].iov_len);
+			for (size_t b = at; b < at + io->iov[i].iov_len;
+			     b += 4096)
+				l->vol_set[b / 4096] = true;
+		} else {
+			memcpy(io->iov[i].iov_base, l->durable + at,
+			       io->iov[i].iov_len);
+		}
+		at += io->iov[i].iov_len;
+	}
+	bool hold = io->op == FOLIO_IO_WRITE && l->hold_next;
+	if (hold) {
+		l->hold_next = false;
+		l->held = io;
+	}
+	pthread_mutex_unlock(&l->lock);
+	if (!hold)
+		folio_io_complete(io, (ssize_t)io->len);
+	return 0;
+}
+
+static int lossy_flush(void *ctx)
+{
+	struct lossy *l = ctx;
+	pthread_mutex_lock(&l->lock);
+	bool fail = l->fail_next;
+	l->fail_next = false;
+	for (size_t b = 0; b < LOSSY_SIZE / 4096; b++) {
+		if (l->vol_set[b] && !fail)
+			memcpy(l->durable + b * 4096, l->vol + b * 4096, 4096);
+		l->vol_set[b] = false;
+	}
+	pthread_mutex_unlock(&l->lock);
+	return fail ? -EIO : 0;
+}
+
+static int lossy_truncate(void *ctx, uint64_t size)
+{
+	(void)ctx;
+	(void)size;
+	return 0;
+}
+
+static void lossy_run(bool in_flight)
+{
+	struct lossy *l = calloc(1, sizeof(*l));
+	assert_non_null(l);
+	pthread_mutex_init(&l->lock, NULL);
+	struct folio_engine_ops ops = {.sz = sizeof(ops),
+				       .submit = lossy_submit,
+				       .flush = lossy_flush,
+				       .truncate = lossy_truncate};
+	struct folio_engine *e;
+	assert_int_equal(folio_engine_new(&e, &ops, l), 0);
+	struct folio_mapping *a = new_mapping(e, 64 * KIB, 0);
+	struct folio_mapping *b = new_mapping(e, 64 * KIB, 0);
+	unsigned char data[4096], other[4096];
+	memset(data, 0xa1, sizeof(data));
+	memset(other, 0xb2, sizeof(other));
+	assert_int_equal(folio_mapping_write(a, data, 4096, 0), 4096);
+	l->hold_next = in_flight;
+	assert_true(folio_mapping_writeback(a, NULL) > 0);
+	/* A's data is in the engine's cache (its completion held back or
+	 * done): B's sync fails its flush, and the cache is gone. */
+	assert_int_equal(folio_mapping_write(b, other, 4096, 1u << 20), 4096);
+	l->fail_next = true;
+	assert_int_equal(folio_mapping_sync(b, NULL), -EIO);
+	if (in_flight) {
+		assert_non_null(l->held);
+		folio_io_complete(l->held, 4096);
+	}
+	/* A never reports its lost write as durable: a sync that returns 0
+	 * has written it again. */
+	int r = folio_mapping_sync(a, NULL);
+	if (r)
+		assert_int_equal(folio_mapping_sync(a, NULL), 0);
+	assert_memory_equal(l->durable, data, 4096);
+	assert_int_equal(folio_mapping_sync(b, NULL), 0);
+	assert_memory_equal(l->durable + (1u << 20), other, 4096);
+	assert_int_equal(folio_mapping_free(a), 0);
+	assert_int_equal(folio_mapping_free(b), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	pthread_mutex_destroy(&l->lock);
+	free(l);
+}
+
+static void test_failed_flush_of_other_mapping(void **state)
+{
+	(void)state;
+	lossy_run(false); /* A's write completed before the failure */
+	lossy_run(true);  /* ... completed after it */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -510,6 +627,7 @@ int main(void)
 		cmocka_unit_test(test_unstable_kept),
 		cmocka_unit_test(test_write_during_flush_stays_unstable),
 		cmocka_unit_test(test_group_commit),
+		cmocka_unit_test(test_failed_flush_of_other_mapping),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

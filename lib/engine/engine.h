@@ -23,6 +23,9 @@ struct folio_engine {
 	void *ctx;
 	enum engine_kind kind;
 	atomic_uint users; /* mappings attached */
+	/* Flushes that failed: the engine may have dropped any write it
+	 * held, whichever mapping's flush it was (see commit.c). */
+	_Atomic uint64_t flush_failures;
 };
 
 /* Allocate an engine of a built-in kind (the kind lets kind-specific calls
@@ -50,7 +53,10 @@ static inline int engine_submit(struct folio_engine *e, struct folio_io *io)
 
 static inline int engine_flush(struct folio_engine *e)
 {
-	return engine_result(e->ops.flush(e->ctx));
+	int r = engine_result(e->ops.flush(e->ctx));
+	if (r)
+		atomic_fetch_add(&e->flush_failures, 1);
+	return r;
 }
 
 static inline int engine_truncate(struct folio_engine *e, uint64_t size)

@@ -65,6 +65,16 @@ static bool has_unstable(const struct folio *f)
 	return folio_test_unstable(f);
 }
 
+void mapping_unstable_lost(struct folio_mapping *m, struct folio *f)
+{
+	size_t unstable = 0, dirty = 0;
+	if (folio_redirty_unstable(f, &unstable, &dirty) & FOLIO_BECAME_DIRTY)
+		mapping_tag_dirty(m, f);
+	mapping_tag_clear_unless(m, f, INDEX_TAG_UNSTABLE, has_unstable);
+	mapping_cache_account(m, mapping_block_bytes(f, dirty), 0,
+			      -mapping_block_bytes(f, unstable));
+}
+
 /* After a flush that began in `epoch`: release what it covered, or make
  * everything unstable dirty again when it failed. */
 static void settle_unstable(struct folio_mapping *m, uint64_t epoch,
@@ -76,19 +86,17 @@ static void settle_unstable(struct folio_mapping *m, uint64_t epoch,
 				       (int)INDEX_TAG_UNSTABLE))) {
 		/* Counted as each folio settles: a folio truncated away
 		 * meanwhile was drained, so it changes no count here. */
-		size_t unstable = 0, dirty = 0;
 		if (failed) {
-			if (folio_redirty_unstable(f, &unstable, &dirty) &
-			    FOLIO_BECAME_DIRTY)
-				mapping_tag_dirty(m, f);
-			mapping_tag_clear_unless(m, f, INDEX_TAG_UNSTABLE,
-						 has_unstable);
-		} else if (!folio_stabilize(f, epoch, &unstable)) {
-			mapping_tag_clear_unless(m, f, INDEX_TAG_UNSTABLE,
-						 has_unstable);
+			mapping_unstable_lost(m, f);
+		} else {
+			size_t unstable = 0;
+			if (!folio_stabilize(f, epoch, &unstable))
+				mapping_tag_clear_unless(m, f,
+							 INDEX_TAG_UNSTABLE,
+							 has_unstable);
+			mapping_cache_account(m, 0, 0,
+					      -mapping_block_bytes(f, unstable));
 		}
-		mapping_cache_account(m, mapping_block_bytes(f, dirty), 0,
-			      -mapping_block_bytes(f, unstable));
 		folio_put(f);
 	}
 	/* Stable folios can be reclaimed now. */
@@ -184,6 +192,7 @@ static int run_flush(struct folio_mapping *m)
 {
 	uint64_t epoch = atomic_fetch_add_explicit(&m->flush_epoch, 1,
 						   memory_order_acq_rel);
+	uint64_t failures = atomic_load(&m->engine->flush_failures);
 	bool redo = !(m->flags & FOLIO_MAPPING_DROP_ON_ERROR);
 	uint64_t low;
 	/*
@@ -224,11 +233,26 @@ static int run_flush(struct folio_mapping *m)
 	}
 	if (locked)
 		brlock_write_unlock(&m->io_lock);
+	/*
+	 * A flush of this engine that failed since this mapping's last one
+	 * settled, or while this one ran (another mapping's, or a flush
+	 * some other caller made), may have dropped writes of ours that
+	 * completed before it: this flush's success then proves nothing
+	 * about them. Writes that were in flight across such a failure see
+	 * it themselves (wb_end_io()).
+	 */
+	if (!r && (failures != m->failures_seen ||
+		   atomic_load(&m->engine->flush_failures) != failures))
+		r = -EIO;
 	if (!r) {
 		resize_settled(m, epoch);
 		settle_unstable(m, epoch, false);
+		m->failures_seen = failures;
 		return 0;
 	}
+	/* Read before the walk: a failure after it may drop writes that
+	 * complete after the walk passed their folio. */
+	m->failures_seen = atomic_load(&m->engine->flush_failures);
 	settle_unstable(m, epoch, true);
 	errseq_record(m, r);
 	return r;

@@ -88,6 +88,7 @@ int folio_mapping_new(struct folio_mapping **out,
 	atomic_init(&m->stale_from, UINT64_MAX);
 	atomic_init(&m->backing_size, opts->size);
 	atomic_init(&m->flush_epoch, 1);
+	m->failures_seen = atomic_load(&opts->engine->flush_failures);
 	m->id = atomic_fetch_add(&next_mapping_id, 1);
 	atomic_init(&m->dirty_since, 0);
 	if (cache) {

@@ -188,6 +188,9 @@ struct folio_mapping {
 	/* Flushes (commit.c). A write completing in epoch E is covered by a
 	 * flush that starts after the epoch moved past E. */
 	_Atomic uint64_t flush_epoch;
+	/* The engine's flush_failures as of this mapping's last settled
+	 * flush (commit.lock held while a flush runs). */
+	uint64_t failures_seen;
 	struct {
 		pthread_mutex_t lock;
 		pthread_cond_t done_cond;
@@ -285,6 +288,10 @@ struct mapping_cache_credit {
  * changes the thread's hint. Caller holds io_lock shared.
  */
 struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos);
+
+/* The engine may have lost what f's unstable blocks hold (a failed
+ * flush): make them dirty again, with tags and counts (commit.c). */
+void mapping_unstable_lost(struct folio_mapping *m, struct folio *f);
 
 /*
  * The folio holding pos, locked and still in the index, created when
@@ -548,6 +555,9 @@ struct mapping_io {
 	struct io_group *group; /* woken at completion, or NULL */
 	struct mapping_io *next; /* the builder's list of submitted requests */
 	ssize_t result;
+	/* The engine's flush_failures when a write was submitted: a flush
+	 * failing while it is in flight may have dropped its data. */
+	uint64_t flush_failures;
 	unsigned nsegs;
 	unsigned cap;      /* room in iov[] and segs[] */
 	unsigned max_segs; /* the builder's limit */

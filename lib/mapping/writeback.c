@@ -75,6 +75,15 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 			redirty(m, s->folio, s->off + ok, s->len - ok);
 		at += s->len;
 	}
+	/* A flush of the engine failed while this write was in flight: it
+	 * may have dropped what the write put in the store, before or
+	 * after the failed flush settled this mapping's unstable blocks
+	 * (marking first and looking after closes the gap: the failed
+	 * flush counts before it settles). */
+	if (good && !drop &&
+	    atomic_load(&m->engine->flush_failures) != io->flush_failures)
+		for (unsigned i = 0; i < io->nsegs; i++)
+			mapping_unstable_lost(m, io->segs[i].folio);
 	if (good)
 		backing_size_grow(m, io->base.io.pos + good);
 	if (err) {
