@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+# placeholder, replaced by the real test in the next commit
+exit 77
