@@ -174,9 +174,11 @@ int main(int argc, char **argv)
 	if (fuse_set_signal_handlers(se))
 		goto out;
 	if (fuse_session_mount(se, fs.opt.mountpoint) == 0) {
+		/* A positive result is the signal that ended the loop
+		 * (SIGINT, SIGTERM): an unmount like any other. */
 		int ret = serve(se, &fs);
 		fuse_session_unmount(se);
-		status = ret ? 1 : 0;
+		status = ret < 0 ? 1 : 0;
 	}
 	fuse_remove_signal_handlers(se);
 out:
