@@ -187,6 +187,34 @@ else
 	step fio "skipped: no fio"
 fi
 
+# Concurrent O_APPEND writers over a few files while the kernel drops its
+# inodes (forgets racing lookups; mappings freed and created again): no
+# line may be lost, torn or doubled.
+w_appenders() {
+	mkdir "$1/app"
+	local j pids=()
+	for j in 1 2 3; do
+		(
+			for i in $(seq 100); do
+				echo "$j $i" >>"$1/app/f$((i % 20))"
+				cat "$1/app/f$(((i + j) % 20))" >/dev/null \
+					2>&1 || true # not written yet
+			done
+		) &
+		pids+=($!)
+	done
+	if [ -w /proc/sys/vm/drop_caches ] && [ "$1" = "$mnt" ]; then
+		for _ in $(seq 20); do
+			echo 2 >/proc/sys/vm/drop_caches
+			sleep 0.05
+		done
+	fi
+	wait "${pids[@]}" # not folio-fuse
+	cat "$1"/app/f* | LC_ALL=C sort
+}
+run appenders
+rm -r "$mnt/app" "$plain/app" # the order of the lines differs, rightly
+
 # Statistics on SIGUSR1, with the counters summed over inodes.
 rm -f "$work/stats.json"
 kill -USR1 "$ffpid"
