@@ -22,7 +22,7 @@ mkdir -p "$tmproot"
 work=$(mktemp -d "$tmproot/run.XXXXXX")
 back=$work/back mnt=$work/mnt plain=$work/plain
 mkdir "$back" "$mnt" "$plain"
-ffpid=
+ffpid= ffback=$back small=
 
 cleanup() {
 	if [ -n "$ffpid" ]; then
@@ -30,6 +30,7 @@ cleanup() {
 		kill "$ffpid" 2>/dev/null || true
 		wait "$ffpid" 2>/dev/null || true
 	fi
+	[ -n "$small" ] && umount "$small"
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -37,8 +38,8 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; [ -f "$work/ff.log" ] && tail -20 "$work/ff.log" >&2; exit 1; }
 step() { printf '%-12s %s\n' "$1" "$2"; }
 
-mount_ff() {
-	"$ff" -f --stats "$work/stats.json" "$@" "$back" "$mnt" \
+mount_ff() { # options; the backing directory is $ffback
+	"$ff" -f --stats "$work/stats.json" "$@" "$ffback" "$mnt" \
 		2>>"$work/ff.log" &
 	ffpid=$!
 	for _ in $(seq 100); do
@@ -53,12 +54,12 @@ mount_ff() {
 	fail "folio-fuse did not mount within 10 s"
 }
 
-umount_ff() {
+umount_ff() { # [the exit status expected, default 0]
 	fusermount3 -u "$mnt" || fail "fusermount3 -u"
 	local rc=0
 	wait "$ffpid" || rc=$?
 	ffpid=
-	[ "$rc" -eq 0 ] || fail "folio-fuse exited $rc"
+	[ "$rc" -eq "${1:-0}" ] || fail "folio-fuse exited $rc"
 }
 
 # ---- command line errors: exit 2, before mounting anything ----------
@@ -242,4 +243,33 @@ if have sqlite3; then run sqlite; fi
 umount_ff
 diff -r "$plain" "$back" || fail "backing dir differs after the second unmount"
 step unmount "exit 0 again"
+# A backing file system that fills up: the writes land in the cache, and
+# ENOSPC must reach fsync and close; at unmount folio-fuse names the file
+# it could not write and exits 1. Needs a tmpfs mount (root).
+small=$work/small
+mkdir "$small"
+if mount -t tmpfs -o size=1m folio-fuse-test "$small" 2>/dev/null; then
+	ffback=$small
+	mount_ff --budget 8M --flushers 0
+	python3 - "$mnt/full" <<'PY' || fail "ENOSPC did not reach fsync/close"
+import errno, os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)
+os.write(fd, b"x" * (3 << 20))        # fits the cache, not the disk
+for call in (lambda: os.fsync(fd), lambda: os.close(fd)):
+    try:
+        call()
+        sys.exit("no error")
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            sys.exit("got %s, not ENOSPC" % e)
+PY
+	umount_ff 1
+	grep -q "sync failed: No space left on device" "$work/ff.log" ||
+		fail "the unwritable file was not reported at unmount"
+	step enospc "fsync and close report ENOSPC; unmount exits 1"
+	umount "$small"
+	small=
+else
+	step enospc "skipped: cannot mount a tmpfs"
+fi
 echo "ok"
