@@ -54,6 +54,7 @@ int ff_data_attach(struct ff_fs *fs, struct ff_inode *in, int fd)
 		struct folio_mapping_opts mo = {
 			.sz = sizeof(mo),
 			.block_size = fs->opt.block_size,
+			.min_folio_size = fs->opt.min_folio_size,
 			.max_folio_size = fs->opt.folio_size,
 			.size = (uint64_t)st.st_size,
 			.flags = fs->opt.folio_tracking ?

@@ -33,6 +33,7 @@ struct ff_options {
 	char *fuse_opts;        /* -o, passed on to FUSE (malloc()ed) */
 	uint64_t budget;
 	size_t folio_size;      /* largest folio */
+	size_t min_folio_size;  /* smallest folio; 0: the block size */
 	size_t block_size;
 	unsigned dirty_expire_ms;
 	unsigned flushers;

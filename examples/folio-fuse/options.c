@@ -21,6 +21,8 @@ static void usage(FILE *out)
 "\n"
 "  --budget SIZE        memory for cached file data (default 256M)\n"
 "  --folio-size SIZE    largest folio (default 2M)\n"
+"  --min-folio-size SIZE  smallest folio (default: the block size; folios\n"
+"                       are sized from the writes in between)\n"
 "  --block-size SIZE    dirty/uptodate tracking unit (default 4K)\n"
 "  --tracking block|folio  dirty state per block (default) or per folio\n"
 "  --dirty-expire MS    write back data dirty for longer (default 30000)\n"
@@ -67,13 +69,13 @@ static bool pow2(uint64_t v)
 
 static int bad(const char *opt, const char *arg, const char *why)
 {
-	fprintf(stderr, "folio-fuse: %s %s: %s\n", opt, arg, why);
+	fprintf(stderr, "folio-fuse: --%s %s: %s\n", opt, arg, why);
 	return -1;
 }
 
 enum {
 	OPT_BUDGET = 256, OPT_FOLIO, OPT_BLOCK, OPT_TRACKING, OPT_EXPIRE,
-	OPT_FLUSHERS, OPT_STATS, OPT_KCACHE,
+	OPT_FLUSHERS, OPT_STATS, OPT_KCACHE, OPT_MINFOLIO,
 };
 
 static const struct option longopts[] = {
@@ -85,6 +87,7 @@ static const struct option longopts[] = {
 	{"flushers", required_argument, NULL, OPT_FLUSHERS},
 	{"stats", required_argument, NULL, OPT_STATS},
 	{"kernel-cache", no_argument, NULL, OPT_KCACHE},
+	{"min-folio-size", required_argument, NULL, OPT_MINFOLIO},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -92,20 +95,25 @@ static const struct option longopts[] = {
 static int parse_one(int c, const char *arg, struct ff_options *o)
 {
 	uint64_t v;
-	const char *name = c >= OPT_BUDGET ? longopts[c - OPT_BUDGET].name
-					   : "";
+	const char *name = "";
+	for (const struct option *lo = longopts; lo->name; lo++)
+		if (lo->val == c)
+			name = lo->name;
 	switch (c) {
 	case OPT_BUDGET:
 	case OPT_FOLIO:
+	case OPT_MINFOLIO:
 	case OPT_BLOCK:
 		if (parse_size(arg, &v))
 			return bad(name, arg, "not a size");
 		if (c == OPT_BUDGET)
 			o->budget = v;
-		else if (!pow2(v))
-			return bad(name, arg, "not a power of two");
+		else if (!pow2(v) || v > FOLIO_MAX_SIZE)
+			return bad(name, arg, "not a power of two up to 2M");
 		else if (c == OPT_FOLIO)
 			o->folio_size = (size_t)v;
+		else if (c == OPT_MINFOLIO)
+			o->min_folio_size = (size_t)v;
 		else
 			o->block_size = (size_t)v;
 		return 0;
@@ -150,6 +158,13 @@ static int check_geometry(const struct ff_options *o)
 		fprintf(stderr,
 			"folio-fuse: --folio-size must be --block-size..%u\n",
 			FOLIO_MAX_SIZE);
+		return -1;
+	}
+	if (o->min_folio_size &&
+	    (o->min_folio_size < o->block_size ||
+	     o->min_folio_size > o->folio_size)) {
+		fprintf(stderr, "folio-fuse: --min-folio-size must be "
+				"--block-size..--folio-size\n");
 		return -1;
 	}
 	if (o->budget < o->folio_size) {

@@ -64,7 +64,8 @@ umount_ff() { # [the exit status expected, default 0]
 
 # ---- command line errors: exit 2, before mounting anything ----------
 for bad in "--budget 12Q" "--tracking page" "--block-size 3000" \
-	   "--folio-size 1K --block-size 4K" "--flushers 1000"; do
+	   "--folio-size 1K --block-size 4K" "--flushers 1000" \
+	   "--min-folio-size 128K --folio-size 64K" "--budget 1M"; do
 	rc=0
 	# shellcheck disable=SC2086
 	"$ff" $bad "$back" "$mnt" 2>/dev/null || rc=$?
@@ -231,8 +232,8 @@ diff -r -x index "$plain" "$back" || fail "backing dir differs after unmount"
 step unmount "exit 0; the backing directory holds every change"
 
 # The other mode, and other geometry: data written before is read back.
-mount_ff --kernel-cache --tracking folio --block-size 512 --folio-size 64K \
-	--flushers 0
+mount_ff --kernel-cache --tracking folio --block-size 512 \
+	--min-folio-size 16K --folio-size 64K --flushers 0
 diff -r -x index "$plain" "$mnt" || fail "remounted tree differs"
 step remount "--kernel-cache: the tree reads back the same"
 rm -rf "${mnt:?}"/* "${plain:?}"/*
