@@ -43,7 +43,6 @@ int ff_stat(struct ff_inode *in, struct stat *st)
 
 void ff_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	(void)fi;
 	struct ff_fs *fs = ff_fs(req);
 	struct stat st;
 	int err = ff_stat(ff_inode_get(fs, ino), &st);
@@ -104,7 +103,6 @@ static int set_times(struct ff_inode *in, const struct stat *attr,
 void ff_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		int to_set, struct fuse_file_info *fi)
 {
-	(void)fi;
 	struct ff_fs *fs = ff_fs(req);
 	struct ff_inode *in = ff_inode_get(fs, ino);
 	char path[FF_PROC_PATH_MAX];

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/statvfs.h>
@@ -244,7 +245,6 @@ static struct ff_dir *dir_of(struct fuse_file_info *fi)
 static void ff_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 		       off_t off, struct fuse_file_info *fi)
 {
-	(void)ino;
 	struct ff_dir *d = dir_of(fi);
 	char *buf = malloc(size ? size : 1);
 	if (!buf) {
@@ -292,7 +292,6 @@ static void ff_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 static void ff_releasedir(fuse_req_t req, fuse_ino_t ino,
 			  struct fuse_file_info *fi)
 {
-	(void)ino;
 	struct ff_dir *d = dir_of(fi);
 	closedir(d->dp);
 	free(d);
@@ -302,7 +301,6 @@ static void ff_releasedir(fuse_req_t req, fuse_ino_t ino,
 static void ff_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
 			struct fuse_file_info *fi)
 {
-	(void)ino;
 	int fd = dirfd(dir_of(fi)->dp);
 	reply_res(req, datasync ? fdatasync(fd) : fsync(fd));
 }
@@ -322,26 +320,22 @@ static void ff_statfs(fuse_req_t req, fuse_ino_t ino)
 static void ff_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			const char *value, size_t size, int flags)
 {
-	(void)ino, (void)name, (void)value, (void)size, (void)flags;
 	fuse_reply_err(req, ENOSYS);
 }
 
 static void ff_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			size_t size)
 {
-	(void)ino, (void)name, (void)size;
 	fuse_reply_err(req, ENOSYS);
 }
 
 static void ff_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
-	(void)ino, (void)size;
 	fuse_reply_err(req, ENOSYS);
 }
 
 static void ff_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
-	(void)ino, (void)name;
 	fuse_reply_err(req, ENOSYS);
 }
 

@@ -111,6 +111,15 @@ static void ff_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		fuse_reply_err(req, -err);
 		return;
 	}
+	/* A rename between our open and the lookup could have put another
+	 * file under the name: then that file's inode opens its own
+	 * descriptor. */
+	struct stat st;
+	if (fstat(fd, &st) || st.st_dev != e.attr.st_dev ||
+	    st.st_ino != e.attr.st_ino) {
+		close(fd);
+		fd = -1;
+	}
 	struct ff_inode *in = ff_inode_get(fs, e.ino);
 	err = file_new(fs, in, fd, fi);
 	if (err) {
@@ -125,7 +134,6 @@ static void ff_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 static void ff_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
-	(void)ino;
 	char *buf = malloc(size ? size : 1);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
@@ -143,7 +151,6 @@ static void ff_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void ff_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		     size_t size, off_t off, struct fuse_file_info *fi)
 {
-	(void)ino;
 	struct ff_file *f = file_of(fi);
 	struct ff_inode *in = f->in;
 	ssize_t n;
@@ -179,7 +186,6 @@ static int file_sync(struct ff_file *f)
  * nothing to report (a Linux close() of one never fails either). */
 static void ff_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	(void)ino;
 	struct ff_file *f = file_of(fi);
 	int err = (f->flags & O_ACCMODE) == O_RDONLY ? 0 : file_sync(f);
 	fuse_reply_err(req, -err);
@@ -188,7 +194,6 @@ static void ff_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static void ff_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 		     struct fuse_file_info *fi)
 {
-	(void)ino;
 	struct ff_file *f = file_of(fi);
 	int err = file_sync(f);
 	/* The library's flush is fdatasync(); fsync() wants the inode's
@@ -203,7 +208,6 @@ static void ff_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 static void ff_release(fuse_req_t req, fuse_ino_t ino,
 		       struct fuse_file_info *fi)
 {
-	(void)ino;
 	file_free(ff_fs(req), file_of(fi));
 	fuse_reply_err(req, 0);
 }
@@ -213,7 +217,6 @@ static void ff_release(fuse_req_t req, fuse_ino_t ino,
 static void ff_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
 			 off_t off, off_t len, struct fuse_file_info *fi)
 {
-	(void)ino;
 	if (mode) {
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;

@@ -215,7 +215,6 @@ void ff_inode_close(struct ff_fs *fs, struct ff_inode *in)
 void ff_inode_for_each(struct ff_fs *fs,
 		       void (*fn)(struct ff_inode *in, void *arg), void *arg)
 {
-	(void)fs;
 	for (size_t i = 0; i < nbuckets; i++)
 		for (struct ff_inode *in = buckets[i]; in; in = in->next)
 			fn(in, arg);

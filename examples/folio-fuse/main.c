@@ -18,7 +18,6 @@
 
 static void ff_init(void *userdata, struct fuse_conn_info *conn)
 {
-	(void)userdata;
 	/* The kernel's writeback cache would put a second dirty cache in
 	 * front of ours and hide write errors from flush. */
 	conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;

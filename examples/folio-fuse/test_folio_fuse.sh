@@ -112,6 +112,10 @@ w_dd() {
 			oflag=seek_bytes conv=notrunc status=none
 	done
 	md5sum <"$1/dd"
+	# O_DIRECT is accepted (and not passed to the backing file).
+	dd if="$work/src" of="$1/direct" bs=64k count=16 oflag=direct \
+		status=none
+	dd if="$1/direct" bs=64k iflag=direct status=none | md5sum
 }
 
 w_truncate() {
