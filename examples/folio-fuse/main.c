@@ -3,8 +3,8 @@
  * folio-fuse [options] BACKING_DIR MOUNTPOINT: mount, run the
  * multi-threaded session loop, and at unmount make every cached change
  * durable. Exit status: 0; 1 when something failed at run time (the mount,
- * a sync at unmount, the stats file); 2 for a bad command line or backing
- * directory.
+ * a sync at unmount, the stats file); 2 for a bad command line (FUSE's -o
+ * options included), backing directory or mount point.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -91,6 +91,18 @@ static int open_root(struct ff_fs *fs)
 	return 0;
 }
 
+/* Caught here, a missing mount point is a usage error like a missing
+ * backing directory, not a failed mount. */
+static int check_mountpoint(const char *dir)
+{
+	struct stat st;
+	const char *why = stat(dir, &st) ? strerror(errno)
+		: !S_ISDIR(st.st_mode) ? "not a directory" : NULL;
+	if (why)
+		fprintf(stderr, "folio-fuse: %s: %s\n", dir, why);
+	return why ? -1 : 0;
+}
+
 /* FUSE's own arguments: ours were taken out by ff_parse_options(). */
 static int fuse_argv(const struct ff_options *o, const char *argv0,
 		     struct fuse_args *args)
@@ -147,7 +159,7 @@ int main(int argc, char **argv)
 	int r = ff_parse_options(argc, argv, &fs.opt);
 	if (r)
 		return r > 0 ? 0 : 2;
-	if (open_root(&fs))
+	if (check_mountpoint(fs.opt.mountpoint) || open_root(&fs))
 		return 2;
 	fs.timeout = 1.0;
 	fs.chown_new = geteuid() == 0;
@@ -168,8 +180,10 @@ int main(int argc, char **argv)
 	if (ff_table_init() || fuse_argv(&fs.opt, argv[0], &args))
 		goto out;
 	se = fuse_session_new(&args, &ops, sizeof(ops), &fs);
-	if (!se)
+	if (!se) {
+		status = 2; /* libfuse said which -o it did not take */
 		goto out;
+	}
 	if (fuse_set_signal_handlers(se))
 		goto out;
 	if (fuse_session_mount(se, fs.opt.mountpoint) == 0) {

@@ -75,7 +75,13 @@ done
 rc=0
 "$ff" "$work/missing" "$mnt" 2>/dev/null || rc=$?
 [ "$rc" -eq 2 ] || fail "a missing backing directory exited $rc, not 2"
-step options "bad options and a missing backing directory exit 2"
+rc=0
+"$ff" "$back" "$work/missing" 2>/dev/null || rc=$?
+[ "$rc" -eq 2 ] || fail "a missing mount point exited $rc, not 2"
+rc=0
+"$ff" -o no_such_fuse_option "$back" "$mnt" 2>/dev/null || rc=$?
+[ "$rc" -eq 2 ] || fail "an unknown -o option exited $rc, not 2"
+step options "bad options, a missing backing dir or mount point exit 2"
 
 # ---- inputs ---------------------------------------------------------
 head -c $((5 << 20)) /dev/urandom >"$work/src"
