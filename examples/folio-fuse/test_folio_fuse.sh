@@ -12,11 +12,11 @@ set -euo pipefail
 
 ff=$1
 tmproot=$2
-here=$(cd "$(dirname "$0")" && pwd)
 
 skip() { echo "SKIP: $*"; exit 77; }
 [ -c /dev/fuse ] || skip "no /dev/fuse"
 command -v fusermount3 >/dev/null || skip "no fusermount3"
+here=$(cd "$(dirname "$0")" && pwd)
 
 mkdir -p "$tmproot"
 work=$(mktemp -d "$tmproot/run.XXXXXX")
