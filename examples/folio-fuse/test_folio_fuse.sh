@@ -218,6 +218,7 @@ if have fio; then
 		fio --name=verify --filename="$mnt/fio.dat" --size=4M \
 			--rw=randwrite $job --ioengine=psync --fsync=8 \
 			--verify=crc32c --do_verify=1 --randrepeat=1 \
+			--verify_state_save=0 \
 			--output="$work/fio.out" >/dev/null ||
 			{ cat "$work/fio.out"; fail "fio $job"; }
 		grep -q "err= 0" "$work/fio.out" || fail "fio $job: errors"
