@@ -3,8 +3,9 @@
 #
 # Install the build into a scratch directory and use it the way a user
 # would: check that exactly the files a user needs were installed (the
-# libraries default_library asks for, the two headers, the pkg-config file
-# and folio-bench; no test programs, examples or bench scripts), find it
+# libraries default_library asks for, the two headers, the pkg-config file,
+# folio-bench, and folio-fuse where libfuse3 was found (FOLIO_TEST_FUSE=1);
+# no test programs, other examples or bench scripts), find it
 # with pkg-config, compile and link a program against the installed
 # headers and the shared library (dynamically) and the static archive
 # (pkg-config --static), run it, and check that the libraries define
@@ -71,6 +72,9 @@ dest=$tmp/dest
 # Exactly these files (and symlinks), nothing else.
 {
 	echo "$bindir/folio-bench"
+	if [ "${FOLIO_TEST_FUSE:-0}" = 1 ]; then
+		echo "$bindir/folio-fuse"
+	fi
 	echo "$includedir/folio_state.h"
 	echo "$includedir/folio_state_mem.h"
 	echo "$libdir/pkgconfig/libfolio-state.pc"

@@ -1,0 +1,318 @@
+#!/usr/bin/env bash
+# folio-fuse end to end: mount it over a temporary backing directory and
+# run real, unmodified programs on it, each also in a plain directory;
+# their outputs and the trees they leave must be the same. Then unmount
+# (folio-fuse must exit 0: every sync at unmount worked), remount with the
+# other mode and check that the data is there.
+#
+#   test_folio_fuse.sh FOLIO_FUSE TMPDIR
+#
+# Exit 77 (skipped in meson) without /dev/fuse or fusermount3.
+set -euo pipefail
+
+ff=$1
+tmproot=$2
+
+skip() { echo "SKIP: $*"; exit 77; }
+[ -c /dev/fuse ] || skip "no /dev/fuse"
+command -v fusermount3 >/dev/null || skip "no fusermount3"
+here=$(cd "$(dirname "$0")" && pwd)
+
+mkdir -p "$tmproot"
+work=$(mktemp -d "$tmproot/run.XXXXXX")
+back=$work/back mnt=$work/mnt plain=$work/plain
+mkdir "$back" "$mnt" "$plain"
+ffpid= ffback=$back small=
+
+cleanup() {
+	if [ -n "$ffpid" ]; then
+		fusermount3 -u -z "$mnt" 2>/dev/null || true
+		kill "$ffpid" 2>/dev/null || true
+		wait "$ffpid" 2>/dev/null || true
+	fi
+	[ -n "$small" ] && umount "$small"
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*" >&2; [ -f "$work/ff.log" ] && tail -20 "$work/ff.log" >&2; exit 1; }
+step() { printf '%-12s %s\n' "$1" "$2"; }
+
+mount_ff() { # options; the backing directory is $ffback
+	"$ff" -f --stats "$work/stats.json" "$@" "$ffback" "$mnt" \
+		2>>"$work/ff.log" &
+	ffpid=$!
+	for _ in $(seq 100); do
+		grep -q " $mnt fuse" /proc/mounts && return 0
+		kill -0 "$ffpid" 2>/dev/null || break
+		sleep 0.1
+	done
+	ffpid=
+	if grep -qi "permission denied\|not permitted\|device not found" \
+		"$work/ff.log"; then
+		skip "cannot mount FUSE here: $(tail -1 "$work/ff.log")"
+	fi
+	fail "folio-fuse did not mount within 10 s"
+}
+
+umount_ff() { # [the exit status expected, default 0]
+	fusermount3 -u "$mnt" || fail "fusermount3 -u"
+	local rc=0
+	wait "$ffpid" || rc=$?
+	ffpid=
+	[ "$rc" -eq "${1:-0}" ] || fail "folio-fuse exited $rc"
+}
+
+# ---- command line errors: exit 2, before mounting anything ----------
+for bad in "--budget 12Q" "--tracking page" "--block-size 3000" \
+	   "--folio-size 1K --block-size 4K" "--flushers 1000" \
+	   "--min-folio-size 128K --folio-size 64K" "--budget 1M"; do
+	rc=0
+	# shellcheck disable=SC2086
+	"$ff" $bad "$back" "$mnt" 2>/dev/null || rc=$?
+	[ "$rc" -eq 2 ] || fail "'$bad' exited $rc, not 2"
+done
+rc=0
+"$ff" "$work/missing" "$mnt" 2>/dev/null || rc=$?
+[ "$rc" -eq 2 ] || fail "a missing backing directory exited $rc, not 2"
+rc=0
+"$ff" "$back" "$work/missing" 2>/dev/null || rc=$?
+[ "$rc" -eq 2 ] || fail "a missing mount point exited $rc, not 2"
+rc=0
+"$ff" -o no_such_fuse_option "$back" "$mnt" 2>/dev/null || rc=$?
+[ "$rc" -eq 2 ] || fail "an unknown -o option exited $rc, not 2"
+step options "bad options, a missing backing dir or mount point exit 2"
+
+# ---- inputs ---------------------------------------------------------
+head -c $((5 << 20)) /dev/urandom >"$work/src"
+head -c 777 /dev/urandom >"$work/patch"
+cat >"$work/db.sql" <<'SQL'
+CREATE TABLE t(id INTEGER PRIMARY KEY, k INTEGER, v TEXT);
+CREATE INDEX tk ON t(k);
+SQL
+for i in $(seq 0 19); do
+	cat >>"$work/db.sql" <<SQL
+BEGIN;
+WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 200)
+INSERT INTO t(k, v) SELECT (x * 7919 + $i) % 1000, printf('%0*d', x % 300, $i) FROM n;
+UPDATE t SET v = v || 'u' WHERE k % 17 = $i;
+DELETE FROM t WHERE k % 101 = $i;
+COMMIT;
+SQL
+done
+cat >>"$work/db.sql" <<'SQL'
+PRAGMA integrity_check;
+SELECT count(*), sum(k), total(length(v)) FROM t;
+SELECT k, count(*), sum(length(v)) FROM t GROUP BY k ORDER BY k LIMIT 20;
+SQL
+
+# ---- the workloads, each run on the mount and on the plain dir ------
+w_cp() {
+	cp "$work/src" "$1/big"
+	cmp "$work/src" "$1/big"
+}
+
+w_dd() {
+	cp "$work/src" "$1/dd"
+	for off in 1 4097 65535 1000003 3333333 5242000 6000001; do
+		dd if="$work/patch" of="$1/dd" bs=777 count=1 seek="$off" \
+			oflag=seek_bytes conv=notrunc status=none
+	done
+	md5sum <"$1/dd"
+	# O_DIRECT is accepted (and not passed to the backing file).
+	dd if="$work/src" of="$1/direct" bs=64k count=16 oflag=direct \
+		status=none
+	dd if="$1/direct" bs=64k iflag=direct status=none | md5sum
+}
+
+w_truncate() {
+	head -c 100000 "$work/src" >"$1/tr"
+	truncate -s 7000001 "$1/tr"
+	truncate -s 12345 "$1/tr"
+	truncate -s +100000 "$1/tr"
+	printf 'tail' >>"$1/tr"
+	stat -c %s "$1/tr"
+	md5sum <"$1/tr"
+}
+
+w_tar() {
+	tar -C "$here/../.." -cf "$1/src.tar" lib include
+	mkdir "$1/x"
+	tar -C "$1/x" -xf "$1/src.tar"
+	diff -r "$here/../../lib" "$1/x/lib"
+	tar -C "$1/x" -cf - lib include | tar -tvf - | sort
+}
+
+# Enough names that readdir takes several replies and resumes.
+w_many() {
+	mkdir "$1/many"
+	for i in $(seq 1500); do : >"$1/many/file-with-a-long-name-$i"; done
+	ls -f "$1/many" | LC_ALL=C sort | md5sum
+	rm "$1"/many/*-1?? "$1"/many/*-5*
+	find "$1/many" -type f | wc -l
+}
+
+# A shared writable mapping: refused by direct_io files (ENODEV on libfuse
+# 3.14), works with --kernel-cache (the kernel writes it back through us).
+w_mmap() {
+	python3 - "$1/mm" <<'PY'
+import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+os.ftruncate(fd, 1 << 20)
+m = mmap.mmap(fd, 1 << 20)
+for off in range(0, 1 << 20, 65536 + 123):
+    m[off:off + 5] = b"mmap!"
+m.flush()
+m.close()
+os.fsync(fd)
+os.close(fd)
+print(open(sys.argv[1], "rb").read().count(b"mmap!"))
+PY
+}
+
+w_sqlite() {
+	sqlite3 "$1/db" <"$work/db.sql"
+}
+
+w_git() {
+	export GIT_AUTHOR_DATE=1700000000 GIT_COMMITTER_DATE=1700000000
+	export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@t GIT_COMMITTER_NAME=t
+	export GIT_COMMITTER_EMAIL=t@t GIT_CONFIG_NOSYSTEM=1 HOME=$work
+	git init -q -b main "$1/repo"
+	cp -r "$here/../../lib" "$1/repo/"
+	git -C "$1/repo" add -A
+	git -C "$1/repo" commit -qm one
+	echo change >>"$1/repo/lib/meson.build"
+	git -C "$1/repo" commit -qam two
+	git -C "$1/repo" gc -q
+	git -C "$1/repo" fsck --strict --no-progress
+	git -C "$1/repo" log --format='%H %T'
+}
+
+have() { command -v "$1" >/dev/null; }
+
+run() { # name: the workload on both sides, outputs compared
+	local name=$1 t0=$SECONDS
+	"w_$name" "$mnt" >"$work/$name.mnt" 2>&1 ||
+		{ cat "$work/$name.mnt"; fail "$name on folio-fuse"; }
+	"w_$name" "$plain" >"$work/$name.plain" 2>&1 ||
+		{ cat "$work/$name.plain"; fail "$name on a plain directory"; }
+	diff "$work/$name.plain" "$work/$name.mnt" ||
+		fail "$name: output differs"
+	step "$name" "same as on a plain directory ($((SECONDS - t0)) s)"
+}
+
+# A budget smaller than the data: the pool must reclaim and write back.
+mount_ff --budget 4M --folio-size 256K --dirty-expire 500 --flushers 1
+run cp
+run dd
+run truncate
+run tar
+run many
+if have sqlite3; then run sqlite; else step sqlite "skipped: no sqlite3"; fi
+if have git; then run git; else step git "skipped: no git"; fi
+
+if have fio; then
+	for job in "--bs=4k" "--bs=1000 --blockalign=1000"; do
+		# shellcheck disable=SC2086
+		fio --name=verify --filename="$mnt/fio.dat" --size=4M \
+			--rw=randwrite $job --ioengine=psync --fsync=8 \
+			--verify=crc32c --do_verify=1 --randrepeat=1 \
+			--verify_state_save=0 \
+			--output="$work/fio.out" >/dev/null ||
+			{ cat "$work/fio.out"; fail "fio $job"; }
+		grep -q "err= 0" "$work/fio.out" || fail "fio $job: errors"
+		step fio "randwrite $job + crc32c verify passed"
+	done
+	rm -f "$mnt/fio.dat"
+else
+	step fio "skipped: no fio"
+fi
+
+# Concurrent O_APPEND writers over a few files while the kernel drops its
+# inodes (forgets racing lookups; mappings freed and created again): no
+# line may be lost, torn or doubled.
+w_appenders() {
+	mkdir "$1/app"
+	local j pids=()
+	for j in 1 2 3; do
+		(
+			for i in $(seq 100); do
+				echo "$j $i" >>"$1/app/f$((i % 20))"
+				cat "$1/app/f$(((i + j) % 20))" >/dev/null \
+					2>&1 || true # not written yet
+			done
+		) &
+		pids+=($!)
+	done
+	if [ -w /proc/sys/vm/drop_caches ] && [ "$1" = "$mnt" ]; then
+		for _ in $(seq 20); do
+			echo 2 >/proc/sys/vm/drop_caches
+			sleep 0.05
+		done
+	fi
+	wait "${pids[@]}" # not folio-fuse
+	cat "$1"/app/f* | LC_ALL=C sort
+}
+run appenders
+rm -r "$mnt/app" "$plain/app" # the order of the lines differs, rightly
+
+# Statistics on SIGUSR1, with the counters summed over inodes.
+rm -f "$work/stats.json"
+kill -USR1 "$ffpid"
+for _ in $(seq 50); do [ -s "$work/stats.json" ] && break; sleep 0.1; done
+grep -q '"bytes_written": [1-9]' "$work/stats.json" ||
+	fail "no statistics after SIGUSR1"
+step stats "SIGUSR1 wrote $work/stats.json"
+
+umount_ff
+grep -q '"write_amplification"' "$work/stats.json" ||
+	fail "no statistics at unmount"
+diff -r -x index "$plain" "$back" || fail "backing dir differs after unmount"
+step unmount "exit 0; the backing directory holds every change"
+
+# The other mode, and other geometry: data written before is read back.
+mount_ff --kernel-cache --tracking folio --block-size 512 \
+	--min-folio-size 16K --folio-size 64K --flushers 0
+diff -r -x index "$plain" "$mnt" || fail "remounted tree differs"
+step remount "--kernel-cache: the tree reads back the same"
+rm -rf "${mnt:?}"/* "${plain:?}"/*
+run cp
+run dd
+run truncate
+if have sqlite3; then run sqlite; fi
+if have python3; then run mmap; fi
+umount_ff
+diff -r "$plain" "$back" || fail "backing dir differs after the second unmount"
+step unmount "exit 0 again"
+# A backing file system that fills up: the writes land in the cache, and
+# ENOSPC must reach fsync and close; at unmount folio-fuse names the file
+# it could not write and exits 1. Needs a tmpfs mount (root).
+small=$work/small
+mkdir "$small"
+if have python3 &&
+	mount -t tmpfs -o size=1m folio-fuse-test "$small" 2>/dev/null; then
+	ffback=$small
+	mount_ff --budget 8M --flushers 0
+	python3 - "$mnt/full" <<'PY' || fail "ENOSPC did not reach fsync/close"
+import errno, os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)
+os.write(fd, b"x" * (3 << 20))        # fits the cache, not the disk
+for call in (lambda: os.fsync(fd), lambda: os.close(fd)):
+    try:
+        call()
+        sys.exit("no error")
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            sys.exit("got %s, not ENOSPC" % e)
+PY
+	umount_ff 1
+	grep -q "sync failed: No space left on device" "$work/ff.log" ||
+		fail "the unwritable file was not reported at unmount"
+	step enospc "fsync and close report ENOSPC; unmount exits 1"
+	umount "$small"
+	small=
+else
+	step enospc "skipped: no python3, or cannot mount a tmpfs"
+fi
+echo "ok"
