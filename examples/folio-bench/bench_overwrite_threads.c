@@ -42,9 +42,10 @@ static void *worker_main(void *arg)
 		return NULL;
 	}
 	memset(buf, (int)(0x30 + w->index), w->bs);
-	while (!atomic_load_explicit(w->stop, memory_order_relaxed)) {
-		/* A batch between checks of the stop flag keeps its cache
-		 * line out of the measured path. */
+	/* A batch between checks of the stop flag keeps its cache line out
+	 * of the measured path. At least one, so that a thread scheduled
+	 * only after a short run was stopped still counts something. */
+	do {
 		for (int i = 0; i < 64; i++) {
 			uint64_t off = w->base +
 				       (bench_rand(&seed) % w->slots) * w->bs;
@@ -56,7 +57,7 @@ static void *worker_main(void *arg)
 			}
 		}
 		w->ops += 64;
-	}
+	} while (!atomic_load_explicit(w->stop, memory_order_relaxed));
 	free(buf);
 	return NULL;
 }
@@ -67,11 +68,11 @@ static void *spin_main(void *arg)
 {
 	struct worker *w = arg;
 	uint64_t seed = w->index + 1, sink = 0;
-	while (!atomic_load_explicit(w->stop, memory_order_relaxed)) {
+	do {
 		for (int i = 0; i < 4096; i++)
 			sink += bench_rand(&seed);
 		w->ops += 4096;
-	}
+	} while (!atomic_load_explicit(w->stop, memory_order_relaxed));
 	w->bs = sink; /* keep the loop */
 	return NULL;
 }
