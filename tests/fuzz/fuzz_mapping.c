@@ -704,9 +704,29 @@ static void op_read(struct world *w, struct input *in)
 {
 	uint64_t pos = gen_pos(w, in);
 	size_t len = gen_len(w, in);
-	if (u8(in) & 1) /* sometimes past EOF and past the space */
+	uint8_t how = u8(in);
+	if (how & 1) /* sometimes past EOF and past the space */
 		pos += SPACE / 2;
 	uint64_t f0 = mstats(w).faults;
+	/* Readahead changes what is cached, never what a read returns:
+	 * sometimes ask for it explicitly, sometimes read the lengths
+	 * before in a row, so that the stream detection starts windows
+	 * (whose reads may meet the injected faults). */
+	if ((how & 6) == 6) {
+		int ra = folio_mapping_readahead(w->m, pos, len);
+		TRACE("  readahead(%llu, %zu) = %d\n", (unsigned long long)pos,
+		      len, ra);
+		CHECK(w, ra == 0, "readahead(%llu, %zu) returned %d",
+		      (unsigned long long)pos, len, ra);
+	} else if ((how & 6) == 4 && len && pos >= 2 * (uint64_t)len) {
+		for (uint64_t at = pos - 2 * len; at < pos; at += len) {
+			ssize_t rr = folio_mapping_read(w->m, buf, len, at);
+			TRACE("  read ahead of it (%llu, %zu) = %zd\n",
+			      (unsigned long long)at, len, rr);
+			if (rr > 0)
+				check_bytes(w, at, buf, (size_t)rr, "read");
+		}
+	}
 	memset(buf, 0xAA, len < SPACE ? len : SPACE);
 	ssize_t r = folio_mapping_read(w->m, buf, len, pos);
 	uint64_t f1 = mstats(w).faults;
