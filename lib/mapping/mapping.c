@@ -434,16 +434,22 @@ static struct folio *create_charged(struct folio_mapping *m, uint64_t pos,
 	return f;
 }
 
+/* The thread's hint when it is m's folio holding pos, else NULL. */
+static struct folio *hint_holding(const struct folio_mapping *m, uint64_t pos)
+{
+	struct folio *f = folio_hint.folio;
+	return f && folio_hint.id == m->id && pos - f->pos < folio_bytes(f)
+		       ? f
+		       : NULL;
+}
+
 struct folio *mapping_find_or_create_locked(
 	struct folio_mapping *m, uint64_t pos, size_t len_hint,
 	struct mapping_cache_credit *credit, int *err)
 {
 	for (;;) {
-		struct folio *f = folio_hint.folio;
-		bool hint_hit = f && folio_hint.id == m->id &&
-				!folio_test_removed(f) &&
-				pos - f->pos < ((uint64_t)1 << f->size_shift);
-		if (!hint_hit) {
+		struct folio *f = hint_holding(m, pos);
+		if (!f || folio_test_removed(f)) {
 			bool old_pinned = false;
 			struct folio *old = NULL;
 			pthread_rwlock_rdlock(&m->index_lock);
@@ -482,9 +488,8 @@ struct folio *mapping_find_or_create_locked(
 
 struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos)
 {
-	struct folio *f = folio_hint.folio;
-	if (f && folio_hint.id == m->id &&
-	    pos - f->pos < folio_bytes(f)) {
+	struct folio *f = hint_holding(m, pos);
+	if (f) {
 		if (!folio_lock_nowait(f))
 			return NULL;
 		if (folio_test_removed(f)) {
