@@ -145,16 +145,7 @@ struct world {
 };
 
 
-/* FOLIO_TEST_TRACE=1 logs every operation (for replaying a seed). */
-static bool trace_on;
-#define TRACE(w, ...)                                                        \
-	do {                                                                 \
-		if (trace_on) {                                              \
-			printf("# [%u] ", (w)->ops);                         \
-			printf(__VA_ARGS__);                                 \
-			printf("\n");                                        \
-		}                                                            \
-	} while (0)
+#define TRACE(w, ...) TEST_TRACE((w)->ops, __VA_ARGS__)
 
 /* ---- the model ------------------------------------------------------ */
 
@@ -822,7 +813,6 @@ static void test_power_cut_model(void **state)
 {
 	(void)state;
 	const char *env = getenv("FOLIO_TEST_SEED");
-	trace_on = getenv("FOLIO_TEST_TRACE") != NULL;
 	bool replay = env && *env;
 	/* Seeds base, base + 1, ...: the line test_seed() prints replays
 	 * the first one. */

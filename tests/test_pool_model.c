@@ -71,16 +71,7 @@ struct world {
 	unsigned ops, cuts, good_syncs, failed_syncs, short_writes;
 };
 
-/* FOLIO_TEST_TRACE=1 logs every operation (for replaying a seed). */
-static bool trace_on;
-#define TRACE(w, ...)                                                     \
-	do {                                                              \
-		if (trace_on) {                                           \
-			printf("# [%u] ", (w)->ops);                      \
-			printf(__VA_ARGS__);                              \
-			printf("\n");                                    \
-		}                                                         \
-	} while (0)
+#define TRACE(w, ...) TEST_TRACE((w)->ops, __VA_ARGS__)
 
 static uint64_t rnd(struct world *w, uint64_t n)
 {
@@ -424,7 +415,7 @@ static void step(struct world *w)
 			open_mapping(w, x);
 		}
 	}
-	if (trace_on && getenv("FOLIO_TEST_TRACE")[0] == '2')
+	if (test_trace_on() && getenv("FOLIO_TEST_TRACE")[0] == '2')
 		for (unsigned i = 0; i < NMAP; i++) {
 			struct folio_mem_stats es = test_mem_stats(w->mm[i].e);
 			TRACE(w, "  m%u: model size %llu, store %llu, "
@@ -504,7 +495,6 @@ static void test_pool_model(void **state)
 {
 	(void)state;
 	const char *fixed = getenv("FOLIO_TEST_SEED");
-	trace_on = getenv("FOLIO_TEST_TRACE") != NULL;
 	uint64_t seed = test_seed("pool_model");
 	unsigned ops = test_iters(2000, 150);
 	unsigned seeds = fixed && *fixed ? 1 : test_iters(SEEDS, 2);

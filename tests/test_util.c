@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,18 @@ bool test_slow_env(void)
 unsigned test_iters(unsigned normal, unsigned slow)
 {
 	return test_slow_env() ? slow : normal;
+}
+
+bool test_trace_on(void)
+{
+	/* Looked up once: TRACE runs on every operation, from any thread. */
+	static atomic_int on = -1;
+	int v = atomic_load_explicit(&on, memory_order_relaxed);
+	if (v < 0) {
+		v = getenv("FOLIO_TEST_TRACE") != NULL;
+		atomic_store_explicit(&on, v, memory_order_relaxed);
+	}
+	return v;
 }
 
 struct folio_mapping_stats test_mapping_stats(struct folio_mapping *m)

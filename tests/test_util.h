@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "folio_state.h"
 #include "folio_state_mem.h"
@@ -55,6 +56,18 @@ bool test_slow_env(void);
 
 /* Scale an iteration count down under test_slow_env(). */
 unsigned test_iters(unsigned normal, unsigned slow);
+
+/* FOLIO_TEST_TRACE set: model tests log every operation they run (for
+ * replaying a seed), each line tagged with the operation's number. */
+bool test_trace_on(void);
+#define TEST_TRACE(opno, ...)                                             \
+	do {                                                              \
+		if (test_trace_on()) {                                    \
+			printf("# [%u] ", (unsigned)(opno));              \
+			printf(__VA_ARGS__);                              \
+			printf("\n");                                     \
+		}                                                         \
+	} while (0)
 
 /* Statistics snapshots that fail the test when the call fails. */
 struct folio_mapping_stats test_mapping_stats(struct folio_mapping *m);
