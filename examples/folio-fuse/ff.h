@@ -39,6 +39,7 @@ struct ff_options {
 	unsigned flushers;
 	bool folio_tracking;    /* --tracking folio */
 	bool kernel_cache;
+	bool passthrough;       /* no library: data straight to the file */
 	bool foreground;
 	bool debug;
 };

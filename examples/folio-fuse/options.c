@@ -30,6 +30,9 @@ static void usage(FILE *out)
 "  --stats FILE         write JSON statistics at unmount and on SIGUSR1\n"
 "  --kernel-cache       keep the kernel page cache in front (default:\n"
 "                       direct_io, the library is the only cache)\n"
+"  --passthrough        no cache: reads, writes and syncs go straight to\n"
+"                       the backing file (the bare FUSE baseline of\n"
+"                       bench/fuse-fio.sh)\n"
 "  -f                   stay in the foreground\n"
 "  -d                   FUSE debug output (implies -f)\n"
 "  -o OPTS              mount options passed to FUSE\n"
@@ -75,7 +78,7 @@ static int bad(const char *opt, const char *arg, const char *why)
 
 enum {
 	OPT_BUDGET = 256, OPT_FOLIO, OPT_BLOCK, OPT_TRACKING, OPT_EXPIRE,
-	OPT_FLUSHERS, OPT_STATS, OPT_KCACHE, OPT_MINFOLIO,
+	OPT_FLUSHERS, OPT_STATS, OPT_KCACHE, OPT_MINFOLIO, OPT_PASSTHROUGH,
 };
 
 static const struct option longopts[] = {
@@ -88,6 +91,7 @@ static const struct option longopts[] = {
 	{"stats", required_argument, NULL, OPT_STATS},
 	{"kernel-cache", no_argument, NULL, OPT_KCACHE},
 	{"min-folio-size", required_argument, NULL, OPT_MINFOLIO},
+	{"passthrough", no_argument, NULL, OPT_PASSTHROUGH},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -138,6 +142,9 @@ static int parse_one(int c, const char *arg, struct ff_options *o)
 		return 0;
 	case OPT_KCACHE:
 		o->kernel_cache = true;
+		return 0;
+	case OPT_PASSTHROUGH:
+		o->passthrough = true;
 		return 0;
 	default:
 		return -1;

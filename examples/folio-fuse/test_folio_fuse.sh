@@ -334,6 +334,20 @@ else
 	step kill-9 "skipped: no python3"
 fi
 
+# --passthrough (the benchmarks' bare FUSE baseline): the same programs,
+# data straight to the backing files.
+ffback=$work/pt
+mkdir "$ffback"
+mount_ff --passthrough
+rm -rf "${plain:?}"/*
+run cp
+run dd
+run truncate
+umount_ff
+diff -r "$plain" "$ffback" || fail "--passthrough: backing dir differs"
+step passthrough "the same files, no cache"
+ffback=$back
+
 # A backing file system that fills up: the writes land in the cache, and
 # ENOSPC must reach fsync and close; at unmount folio-fuse names the file
 # it could not write and exits 1. Needs a tmpfs mount (root).
