@@ -29,7 +29,7 @@
 struct ff_options {
 	const char *backing_dir;
 	const char *mountpoint;
-	const char *stats_file;
+	char *stats_file;       /* absolute (malloc()ed): -f still chdirs */
 	char *fuse_opts;        /* -o, passed on to FUSE (malloc()ed) */
 	uint64_t budget;
 	size_t folio_size;      /* largest folio */

@@ -209,5 +209,6 @@ out:
 	fuse_opt_free_args(&args);
 	close(fs.root.fd);
 	free(fs.opt.fuse_opts);
+	free(fs.opt.stats_file);
 	return status;
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ff.h"
 
@@ -96,6 +97,25 @@ static const struct option longopts[] = {
 	{NULL, 0, NULL, 0},
 };
 
+/* fuse_daemonize() changes to / even in the foreground: a relative
+ * name is made absolute before it does. */
+static int stats_path(struct ff_options *o, const char *arg)
+{
+	char cwd[4096];
+	free(o->stats_file);
+	o->stats_file = NULL;
+	if (!*arg)
+		return bad("stats", "''", "empty file name");
+	if (*arg != '/' && !getcwd(cwd, sizeof(cwd)))
+		return bad("stats", arg, strerror(errno));
+	if (asprintf(&o->stats_file, "%s%s%s", *arg == '/' ? "" : cwd,
+		     *arg == '/' ? "" : "/", arg) < 0) {
+		o->stats_file = NULL;
+		return bad("stats", arg, strerror(ENOMEM));
+	}
+	return 0;
+}
+
 static int parse_one(int c, const char *arg, struct ff_options *o)
 {
 	uint64_t v;
@@ -138,8 +158,7 @@ static int parse_one(int c, const char *arg, struct ff_options *o)
 			o->flushers = (unsigned)v;
 		return 0;
 	case OPT_STATS:
-		o->stats_file = arg;
-		return 0;
+		return stats_path(o, arg);
 	case OPT_KCACHE:
 		o->kernel_cache = true;
 		return 0;

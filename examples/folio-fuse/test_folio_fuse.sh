@@ -11,7 +11,7 @@
 # Exit 77 (skipped in meson) without /dev/fuse or fusermount3.
 set -euo pipefail
 
-ff=$1
+ff=$(realpath "$1") # absolute: some steps run in other directories
 tmproot=$2
 
 skip() { echo "SKIP: $*"; exit 77; }
@@ -338,13 +338,17 @@ fi
 # data straight to the backing files.
 ffback=$work/pt
 mkdir "$ffback"
-mount_ff --passthrough
+# A relative --stats name is the caller's, though -f changes to /.
+cd "$work"
+mount_ff --passthrough --stats rel-stats.json
+cd - >/dev/null
 rm -rf "${plain:?}"/*
 run cp
 run dd
 run truncate
 umount_ff
 diff -r "$plain" "$ffback" || fail "--passthrough: backing dir differs"
+[ -s "$work/rel-stats.json" ] || fail "--stats with a relative name"
 step passthrough "the same files, no cache"
 ffback=$back
 
