@@ -37,12 +37,15 @@ struct ff_options {
 	size_t block_size;
 	unsigned dirty_expire_ms;
 	unsigned flushers;
+	unsigned max_threads;   /* FUSE workers; 0: libfuse's default */
 	bool folio_tracking;    /* --tracking folio */
 	bool kernel_cache;
 	bool passthrough;       /* no library: data straight to the file */
 	bool foreground;
 	bool debug;
 };
+
+#define FF_MAX_THREADS 1024
 
 /* Parses argv into @o; on a bad command line prints why and returns -1
  * (exit 2), for --help returns 1 (exit 0), else 0. */

@@ -142,6 +142,8 @@ static int serve(struct fuse_session *se, struct ff_fs *fs)
 		     !pthread_create(&st.thread, NULL, stats_main, &st);
 
 	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+	if (cfg && fs->opt.max_threads)
+		fuse_loop_cfg_set_max_threads(cfg, fs->opt.max_threads);
 	int ret = cfg ? fuse_session_loop_mt(se, cfg) : -1;
 	fuse_loop_cfg_destroy(cfg);
 

@@ -28,6 +28,8 @@ static void usage(FILE *out)
 "  --tracking block|folio  dirty state per block (default) or per folio\n"
 "  --dirty-expire MS    write back data dirty for longer (default 30000)\n"
 "  --flushers N         flusher threads (default 1; 0: writers write back)\n"
+"  --threads N          FUSE worker threads at most (default 10); each\n"
+"                       fsync in progress holds one\n"
 "  --stats FILE         write JSON statistics at unmount and on SIGUSR1\n"
 "  --kernel-cache       keep the kernel page cache in front (default:\n"
 "                       direct_io, the library is the only cache)\n"
@@ -80,6 +82,7 @@ static int bad(const char *opt, const char *arg, const char *why)
 enum {
 	OPT_BUDGET = 256, OPT_FOLIO, OPT_BLOCK, OPT_TRACKING, OPT_EXPIRE,
 	OPT_FLUSHERS, OPT_STATS, OPT_KCACHE, OPT_MINFOLIO, OPT_PASSTHROUGH,
+	OPT_THREADS,
 };
 
 static const struct option longopts[] = {
@@ -93,6 +96,7 @@ static const struct option longopts[] = {
 	{"kernel-cache", no_argument, NULL, OPT_KCACHE},
 	{"min-folio-size", required_argument, NULL, OPT_MINFOLIO},
 	{"passthrough", no_argument, NULL, OPT_PASSTHROUGH},
+	{"threads", required_argument, NULL, OPT_THREADS},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -156,6 +160,11 @@ static int parse_one(int c, const char *arg, struct ff_options *o)
 			return bad(name, arg, "too many flushers");
 		else
 			o->flushers = (unsigned)v;
+		return 0;
+	case OPT_THREADS:
+		if (parse_size(arg, &v) || v < 1 || v > FF_MAX_THREADS)
+			return bad(name, arg, "want 1..1024");
+		o->max_threads = (unsigned)v;
 		return 0;
 	case OPT_STATS:
 		return stats_path(o, arg);

@@ -67,7 +67,8 @@ umount_ff() { # [the exit status expected, default 0]
 # ---- command line errors: exit 2, before mounting anything ----------
 for bad in "--budget 12Q" "--tracking page" "--block-size 3000" \
 	   "--folio-size 1K --block-size 4K" "--flushers 1000" \
-	   "--min-folio-size 128K --folio-size 64K" "--budget 1M"; do
+	   "--min-folio-size 128K --folio-size 64K" "--budget 1M" \
+	   "--threads 0" "--threads 5000"; do
 	rc=0
 	# shellcheck disable=SC2086
 	"$ff" $bad "$back" "$mnt" 2>/dev/null || rc=$?
@@ -340,7 +341,7 @@ ffback=$work/pt
 mkdir "$ffback"
 # A relative --stats name is the caller's, though -f changes to /.
 cd "$work"
-mount_ff --passthrough --stats rel-stats.json
+mount_ff --passthrough --stats rel-stats.json --threads 2
 cd - >/dev/null
 rm -rf "${plain:?}"/*
 run cp
