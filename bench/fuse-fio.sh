@@ -19,7 +19,7 @@
 #
 #   randwrite  the job of the iomap per-block-dirty patch: psync, 4 KiB
 #              random overwrites of laid-out files, pre_read, 8 jobs,
-#              fdatasync after every write (all four variants; write
+#              fdatasync after every write (every variant; write
 #              amplification from folio-fuse's --stats over the timed run:
 #              bytes submitted to writeback per byte written)
 #   seqwrite   128 KiB sequential writes of one file, fsync at the end
