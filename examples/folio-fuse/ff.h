@@ -9,7 +9,8 @@
  *   data.c     one mapping per inode over the posix engine: its lifetime
  *   attr.c     getattr, setattr
  *   dirops.c   lookup, forget and the name space operations, readdir
- *   fileops.c  open, create, read, write, flush, fsync, release, fallocate
+ *   fileops.c  open, create, read, write, flush, fsync, release
+ *   space.c    fallocate, lseek SEEK_DATA/SEEK_HOLE
  *   stats.c    the --stats JSON file
  */
 #ifndef FOLIO_FUSE_FF_H
@@ -146,6 +147,11 @@ void ff_dir_ops(struct fuse_lowlevel_ops *ops);
 
 /* fileops.c */
 void ff_file_ops(struct fuse_lowlevel_ops *ops);
+/* The inode of an open handle. */
+struct ff_inode *ff_file_inode(struct fuse_file_info *fi);
+
+/* space.c */
+void ff_space_ops(struct fuse_lowlevel_ops *ops);
 
 /* stats.c */
 int ff_stats_write(struct ff_fs *fs, const char *path);

@@ -24,6 +24,11 @@ static struct ff_file *file_of(struct fuse_file_info *fi)
 	return (struct ff_file *)(uintptr_t)fi->fh;
 }
 
+struct ff_inode *ff_file_inode(struct fuse_file_info *fi)
+{
+	return file_of(fi)->in;
+}
+
 /*
  * The handle of @in for @fi, its mapping attached (over @fd when it is
  * not negative; see ff_data_attach()). O_TRUNC is done here rather than
@@ -240,26 +245,6 @@ static void ff_release(fuse_req_t req, fuse_ino_t ino,
 	fuse_reply_err(req, 0);
 }
 
-/* Mode 0 only: allocate in the backing file, and grow the cache's size
- * when the range ends past it, as fallocate(2) grows the file. */
-static void ff_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
-			 off_t off, off_t len, struct fuse_file_info *fi)
-{
-	if (mode) {
-		fuse_reply_err(req, EOPNOTSUPP);
-		return;
-	}
-	struct ff_inode *in = file_of(fi)->in;
-	pthread_mutex_lock(&in->lock);
-	int err = fallocate(in->data_fd, 0, off, len) ? -errno : 0;
-	uint64_t end = (uint64_t)off + (uint64_t)len;
-	if (!err && in->map && end > (uint64_t)folio_mapping_size(in->map))
-		err = folio_mapping_truncate(in->map, end);
-	atomic_fetch_add(&in->gen, 1);
-	pthread_mutex_unlock(&in->lock);
-	fuse_reply_err(req, -err);
-}
-
 void ff_file_ops(struct fuse_lowlevel_ops *ops)
 {
 	ops->open = ff_open;
@@ -269,5 +254,4 @@ void ff_file_ops(struct fuse_lowlevel_ops *ops)
 	ops->flush = ff_flush;
 	ops->fsync = ff_fsync;
 	ops->release = ff_release;
-	ops->fallocate = ff_fallocate;
 }

@@ -175,6 +175,7 @@ int main(int argc, char **argv)
 	struct fuse_lowlevel_ops ops = {.init = ff_init, .destroy = ff_destroy};
 	ff_dir_ops(&ops);
 	ff_file_ops(&ops);
+	ff_space_ops(&ops);
 
 	int status = 1;
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
