@@ -152,21 +152,6 @@ unsigned folio_unpinned_refs(const struct folio *f)
 	return refs - pins;
 }
 
-/* Above any real count: a folio has far fewer than 2^31 references. */
-#define REF_FROZEN 0x80000000u
-
-bool folio_try_get(struct folio *f)
-{
-	unsigned r = atomic_load_explicit(&f->refcount, memory_order_relaxed);
-	do {
-		if (!r || (r & REF_FROZEN))
-			return false;
-	} while (!atomic_compare_exchange_weak_explicit(
-		&f->refcount, &r, r + 1, memory_order_acquire,
-		memory_order_relaxed));
-	return true;
-}
-
 bool folio_ref_freeze(struct folio *f, unsigned unpinned)
 {
 	/* A hint taken or dropped between the two loads changes the count,
@@ -177,12 +162,12 @@ bool folio_ref_freeze(struct folio *f, unsigned unpinned)
 	if (r - pins != unpinned)
 		return false;
 	return atomic_compare_exchange_strong(&f->refcount, &r,
-					      r | REF_FROZEN);
+					      r | FOLIO_REF_FROZEN);
 }
 
 void folio_ref_unfreeze(struct folio *f)
 {
-	atomic_fetch_and(&f->refcount, ~REF_FROZEN);
+	atomic_fetch_and(&f->refcount, ~FOLIO_REF_FROZEN);
 }
 
 static void free_header(struct epoch_entry *e)

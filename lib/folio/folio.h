@@ -347,7 +347,22 @@ unsigned folio_unpinned_refs(const struct folio *f);
  * Plain references (folio_get(), folio_put(), hint pins) still work on a
  * frozen count.
  */
-bool folio_try_get(struct folio *f);
+/* Above any real count: a folio has far fewer than 2^31 references. */
+#define FOLIO_REF_FROZEN 0x80000000u
+
+/* Inline: every lock-free lookup that hits takes it. */
+static inline bool folio_try_get(struct folio *f)
+{
+	unsigned r = atomic_load_explicit(&f->refcount, memory_order_relaxed);
+	do {
+		if (!r || (r & FOLIO_REF_FROZEN))
+			return false;
+	} while (!atomic_compare_exchange_weak_explicit(
+		&f->refcount, &r, r + 1, memory_order_acquire,
+		memory_order_relaxed));
+	return true;
+}
+
 bool folio_ref_freeze(struct folio *f, unsigned unpinned);
 void folio_ref_unfreeze(struct folio *f);
 

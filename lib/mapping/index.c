@@ -464,7 +464,8 @@ int index_insert(struct index_tree *idx, uint64_t first, unsigned order,
 	return 0;
 }
 
-void *index_lookup(const struct index_tree *idx, uint64_t key)
+void *index_lookup_slot(const struct index_tree *idx, uint64_t key,
+			const uintptr_t **slot)
 {
 	/* Root and level from one word: a lookup racing a growth or a
 	 * lowering of the root walks one consistent tree, the old or the
@@ -477,22 +478,31 @@ void *index_lookup(const struct index_tree *idx, uint64_t key)
 	if (!n || beyond_node(key, shift))
 		return NULL;
 	for (;;) {
-		uintptr_t v = slot_read(n, slot_of(key, shift));
+		unsigned i = slot_of(key, shift);
+		uintptr_t v = slot_read(n, i);
 		if (slot_is_node(v)) {
 			n = slot_node(v);
 			shift -= INDEX_NODE_SHIFT;
 			continue;
 		}
 		if (slot_is_sib(v)) {
-			v = slot_read(n, sib_head(v));
+			i = sib_head(v);
+			v = slot_read(n, i);
 			/* The entry went away after its back-reference was
 			 * read, or a new one is half built: a head slot
 			 * holds an entry or nothing. */
 			if (v & SLOT_KIND)
 				return NULL;
 		}
+		*slot = &n->slots[i];
 		return (void *)v;
 	}
+}
+
+void *index_lookup(const struct index_tree *idx, uint64_t key)
+{
+	const uintptr_t *slot;
+	return index_lookup_slot(idx, key, &slot);
 }
 
 void *index_remove(struct index_tree *idx, uint64_t first, unsigned order)

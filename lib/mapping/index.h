@@ -21,10 +21,10 @@
  * a clear bit, so a pass costs in proportion to the tagged entries, not
  * to all entries.
  *
- * Memory: a node is INDEX_NODE_BYTES = 536 bytes on LP64 (64 slot
- * pointers, a presence word, two tag words; the level is implied by the
+ * Memory: a node is INDEX_NODE_BYTES = 544 bytes on LP64 (64 slot
+ * pointers, a presence word, three tag words; the level is implied by the
  * depth, never stored). Dense single-key entries fill leaves completely:
- * 10^6 of them take 15,875 nodes = 8.5 MB, about 8.5 bytes per entry.
+ * 10^6 of them take 15,875 nodes = 8.6 MB, about 8.6 bytes per entry.
  * Sparse keys cost more: a lone key costs a chain of nodes down to the
  * leaf.
  *
@@ -140,6 +140,21 @@ int index_insert(struct index_tree *idx, uint64_t first, unsigned order,
  * (racing a remove and an insert of a smaller entry in the same node,
  * a lookup may reach the newer entry through the older one's slots). */
 void *index_lookup(const struct index_tree *idx, uint64_t key);
+
+/* index_lookup() that also returns (when it returns an entry) the slot
+ * it found it in, for index_slot_holds(): whether that slot still holds
+ * the entry, i.e. whether the entry is still in the index, at the cost
+ * of one load instead of a second walk (a lock-free lookup's recheck
+ * after taking its reference). */
+void *index_lookup_slot(const struct index_tree *idx, uint64_t key,
+			const uintptr_t **slot);
+
+static inline bool index_slot_holds(const uintptr_t *slot, const void *entry)
+{
+	/* Only an empty node leaves the tree, and a lowered root holds no
+	 * entry: a slot that still holds the entry is still in the index. */
+	return __atomic_load_n(slot, __ATOMIC_ACQUIRE) == (uintptr_t)entry;
+}
 
 /*
  * Let lookups run without the lock: from now on every store a
