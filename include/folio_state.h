@@ -1521,6 +1521,15 @@ struct folio_pool_stats {
 	 * metadata_bytes; about 64 KiB per data size class in use per
 	 * thread at most. */
 	uint64_t thread_cache_bytes;
+	/* Added later. The library allocator's own pages, for the whole
+	 * process: the headers describing each 2 MiB chunk of folio memory
+	 * (12 KiB a chunk) and the unused rest of pages that hold small
+	 * objects (folio headers among them). Outside every budget, like
+	 * metadata_bytes, which counts objects, not the pages they sit in.
+	 * cached_bytes + metadata_bytes + thread_cache_bytes +
+	 * allocator_bytes is what the library's memory costs in RSS when
+	 * this pool is the process's only one. */
+	uint64_t allocator_bytes;
 };
 
 /**

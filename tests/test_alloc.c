@@ -212,6 +212,14 @@ static void test_every_class(void **state)
 	struct alloc_stats st = stats_of(a);
 	assert_true(st.chunks >= 2);
 	assert_int_equal(st.huge_blocks, enough_of(ALLOC_NCLASSES - 1));
+	/* Slab objects are counted by their class size, and the slab pages
+	 * holding them are at least as large. */
+	size_t in_slabs = 0;
+	for (size_t i = 0; i < n; i++)
+		if (objs[i].cls < ALLOC_NSLAB)
+			in_slabs += objs[i].size;
+	assert_int_equal(st.slab_object_bytes, in_slabs);
+	assert_true(st.slab_bytes >= st.slab_object_bytes);
 	/* The contents survived every later allocation. */
 	for (size_t i = 0; i < n; i++) {
 		unsigned char want = (unsigned char)(i & 0xff);
@@ -228,6 +236,7 @@ static void test_every_class(void **state)
 	assert_int_equal(st.data_bytes, 0);
 	assert_int_equal(st.meta_bytes, 0);
 	assert_int_equal(st.slab_bytes, 0);
+	assert_int_equal(st.slab_object_bytes, 0);
 	assert_int_equal(st.spare_chunks, ALLOC_SPARE_MAX);
 	assert_int_equal(fx->mock.mapped, ALLOC_SPARE_MAX * ALLOC_CHUNK_SIZE);
 	free(objs);

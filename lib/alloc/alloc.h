@@ -105,6 +105,7 @@ struct alloc_stats {
 	size_t cached_meta_bytes; /* of meta_bytes, in thread caches */
 	size_t header_bytes;  /* chunk headers (page descriptors) */
 	size_t slab_bytes;    /* pages holding slabs (data < 4 KiB, meta) */
+	size_t slab_object_bytes; /* of slab_bytes, objects handed out */
 	size_t internal_bytes; /* thread cache structures */
 	size_t maps, unmaps, map_failures; /* calls to alloc_ops */
 };

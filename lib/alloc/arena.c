@@ -562,6 +562,8 @@ void alloc_arena_stats(struct alloc_arena *a, struct alloc_stats *st)
 			   ALLOC_CHUNK_SIZE;
 	for (unsigned cls = 0; cls < ALLOC_NCLASSES; cls++) {
 		size_t bytes = a->out[cls] * alloc_class_size(cls);
+		if (cls < ALLOC_NSLAB)
+			st->slab_object_bytes += bytes;
 		if (alloc_class_is_meta(cls))
 			st->meta_bytes += bytes;
 		else

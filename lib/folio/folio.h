@@ -175,6 +175,15 @@ static inline bool folio_all_uptodate(const struct folio *f)
 	return folio_flags(f) & FOLIO_F_UPTODATE;
 }
 
+/* A one-block folio whose block is dirty and uptodate (for such a folio
+ * the flags are the block's state). */
+static inline bool folio_single_dirty_uptodate(const struct folio *f)
+{
+	return folio_single_block(f) &&
+	       (folio_flags(f) & (FOLIO_F_DIRTY | FOLIO_F_UPTODATE)) ==
+		       (FOLIO_F_DIRTY | FOLIO_F_UPTODATE);
+}
+
 /* Atomically set `bit` if it is clear. */
 static inline bool folio_try_set_flag(struct folio *f, unsigned bit)
 {

@@ -533,7 +533,8 @@ struct folio *mapping_find_or_create_locked(
 	}
 }
 
-struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos)
+struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos,
+				     bool sequential)
 {
 	struct folio *f = hint_holding(m, pos);
 	if (f) {
@@ -568,7 +569,7 @@ struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos)
 		 * accesses either (a sequential pass must not look hot).
 		 * Once per folio: random hits still change no hint. */
 		bool first = f && folio_test_ra_unread(f);
-		if (first)
+		if (f && (first || sequential))
 			old = hint_set(m, f, false, &old_pinned);
 		hint_release(old, old_pinned);
 		if (!f)

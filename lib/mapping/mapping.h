@@ -301,12 +301,16 @@ struct mapping_cache_credit {
 
 /*
  * The cached folio holding pos, locked without waiting, or NULL when it
- * is not cached or someone else holds its lock: the read fast path,
- * which then takes the ordinary one. Counts a cache hit like
- * mapping_find_or_create_locked() and never creates, charges, or
- * changes the thread's hint. Caller holds io_lock shared.
+ * is not cached or someone else holds its lock: the read and write fast
+ * paths, which then take the ordinary one. Counts a cache hit like
+ * mapping_find_or_create_locked() and never creates or charges. A folio
+ * found in the index becomes the thread's hint only with `sequential`
+ * (the caller's next access is likely in it too: a random one would pay
+ * for moving the hint and never use it) or on the first use of a folio
+ * read ahead. Caller holds io_lock shared.
  */
-struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos);
+struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos,
+				     bool sequential);
 
 /* The engine may have lost what f's unstable blocks hold (a failed
  * flush): make them dirty again, with tags and counts (commit.c). */

@@ -347,6 +347,8 @@ int folio_pool_stats(struct folio_pool *p, struct folio_pool_stats *st)
 	struct alloc_stats as;
 	alloc_stats(&as);
 	s.thread_cache_bytes = as.cached_data_bytes + as.cached_meta_bytes;
+	s.allocator_bytes = as.header_bytes + as.slab_bytes -
+			    as.slab_object_bytes;
 	memcpy(st, &s, MIN(st->sz, sizeof(s)));
 	st->sz = s.sz;
 	return 0;
