@@ -706,6 +706,7 @@ struct tentry {
 #define T_ENTRIES 2048u
 #define T_READERS 3
 #define T_TAGGERS 2
+#define T_LOCKLESS 2
 
 struct tshared {
 	struct index_tree idx;
@@ -855,7 +856,7 @@ static void *writer(void *arg)
 static void run_threads(bool lockless)
 {
 	struct tshared *s = calloc(1, sizeof(*s));
-	pthread_t rd[T_READERS], lf[T_READERS], tg[T_TAGGERS], wr;
+	pthread_t rd[T_READERS], lf[T_LOCKLESS], tg[T_TAGGERS], wr;
 
 	assert_non_null(s);
 	s->seed = test_seed("index_threads");
@@ -887,7 +888,7 @@ static void run_threads(bool lockless)
 
 	for (int i = 0; i < T_READERS; i++)
 		assert_int_equal(pthread_create(&rd[i], NULL, reader, s), 0);
-	for (int i = 0; lockless && i < T_READERS; i++)
+	for (int i = 0; lockless && i < T_LOCKLESS; i++)
 		assert_int_equal(pthread_create(&lf[i], NULL, lockless_reader,
 						s), 0);
 	for (int i = 0; i < T_TAGGERS; i++)
@@ -899,7 +900,7 @@ static void run_threads(bool lockless)
 	atomic_store(&s->stop, true);
 	for (int i = 0; i < T_READERS; i++)
 		pthread_join(rd[i], NULL);
-	for (int i = 0; lockless && i < T_READERS; i++)
+	for (int i = 0; lockless && i < T_LOCKLESS; i++)
 		pthread_join(lf[i], NULL);
 
 	assert_int_equal(atomic_load(&s->errors), 0);

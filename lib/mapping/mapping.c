@@ -225,13 +225,12 @@ static inline void lookup_delay(void)
 }
 
 /*
- * The lookup every cached read and write starts with, writing nothing
- * shared: inside an epoch section the folio found keeps its header, a
- * try-get takes a reference unless it is dying or frozen, and a second
- * lookup confirms it did not leave the index before the reference was
- * ours (as the kernel's page cache does). A lookup that loses such a
- * race takes index_lock shared, which waits for the remover or reclaimer
- * it raced.
+ * A referenced lookup writing nothing shared: inside an epoch section the
+ * folio found keeps its header, a try-get takes a reference unless it is
+ * dying or frozen, and a reload of the slot it was found in confirms it
+ * did not leave the index before the reference was ours (as the kernel's
+ * page cache does). A lookup that loses such a race takes index_lock
+ * shared, which waits for the remover or reclaimer it raced.
  */
 struct folio *mapping_lookup(struct folio_mapping *m, uint64_t pos)
 {
