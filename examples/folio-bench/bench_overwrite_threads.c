@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -41,8 +42,16 @@ struct worker {
 	unsigned index;
 	atomic_bool *stop;
 	uint64_t ops;
+	uint64_t cpu_ns; /* the thread's own CPU time in the loop */
 	int error;
 };
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static void *worker_main(void *arg)
 {
@@ -54,6 +63,7 @@ static void *worker_main(void *arg)
 		return NULL;
 	}
 	memset(buf, (int)(0x30 + w->index), w->bs);
+	uint64_t cpu0 = thread_cpu_ns();
 	/* A batch between checks of the stop flag keeps its cache line out
 	 * of the measured path. At least one, so that a thread scheduled
 	 * only after a short run was stopped still counts something. */
@@ -74,6 +84,7 @@ static void *worker_main(void *arg)
 		}
 		w->ops += 64;
 	} while (!atomic_load_explicit(w->stop, memory_order_relaxed));
+	w->cpu_ns = thread_cpu_ns() - cpu0;
 	free(buf);
 	return NULL;
 }
@@ -133,7 +144,7 @@ static double spin_rate(struct bench_ctx *c, unsigned n)
  * NULL: ops/s in *ops_s. */
 static int run_once(struct bench_ctx *c, struct folio_mapping *m,
 		    unsigned char *plain, unsigned n, double secs_wanted,
-		    double *ops_s)
+		    double *ops_s, double *ops_cpu_s)
 {
 	const struct bench_opts *o = &c->o;
 	/* Every library run starts from a clean cache so each pays the
@@ -162,22 +173,25 @@ static int run_once(struct bench_ctx *c, struct folio_mapping *m,
 		 plain ? ", memcpy" : "");
 	double secs = bench_run_threads(what, n, worker_main, w, sizeof(*w),
 					secs_wanted, &stop);
-	uint64_t ops = 0;
+	uint64_t ops = 0, cpu = 0;
 	for (unsigned i = 0; i < n; i++) {
 		if (w[i].error && !err)
 			err = w[i].error;
 		ops += w[i].ops;
+		cpu += w[i].cpu_ns;
 	}
 	free(w);
 	if (secs < 0)
 		return -EAGAIN;
 	*ops_s = (double)ops / secs;
+	*ops_cpu_s = cpu ? (double)ops / ((double)cpu / 1e9) : 0;
 	return err;
 }
 
-/* Medians over the rounds, per thread count. */
+/* Medians over the rounds, per thread count: ops/s of wall time, ops
+ * per second of the threads' own CPU time, and the CPU-only loop. */
 struct result {
-	double lib, plain, cpu;
+	double lib, plain, lib_cpu, plain_cpu, cpu;
 };
 
 static int measure(struct bench_ctx *c, struct folio_mapping *m,
@@ -186,10 +200,12 @@ static int measure(struct bench_ctx *c, struct folio_mapping *m,
 {
 	const struct bench_opts *o = &c->o;
 	double secs = o->runtime / (double)rounds;
-	double *lib = calloc(list->n * rounds * 2, sizeof(double));
+	double *lib = calloc(list->n * rounds * 4, sizeof(double));
 	if (!lib)
 		return -ENOMEM;
 	double *mem = lib + list->n * rounds;
+	double *lib_c = mem + list->n * rounds;
+	double *mem_c = lib_c + list->n * rounds;
 	int err = 0;
 	/* Interleaved: whatever else the machine runs meanwhile spreads
 	 * over both kinds and every count. */
@@ -197,15 +213,19 @@ static int measure(struct bench_ctx *c, struct folio_mapping *m,
 		for (unsigned i = 0; i < list->n && !err; i++) {
 			unsigned n = (unsigned)list->v[i];
 			err = run_once(c, m, NULL, n, secs,
-				       &lib[i * rounds + r]);
+				       &lib[i * rounds + r],
+				       &lib_c[i * rounds + r]);
 			if (!err)
 				err = run_once(c, NULL, plain, n, secs,
-					       &mem[i * rounds + r]);
+					       &mem[i * rounds + r],
+					       &mem_c[i * rounds + r]);
 		}
 	for (unsigned i = 0; i < list->n && !err; i++) {
 		unsigned n = (unsigned)list->v[i];
 		res[i].lib = bench_median(&lib[i * rounds], rounds);
 		res[i].plain = bench_median(&mem[i * rounds], rounds);
+		res[i].lib_cpu = bench_median(&lib_c[i * rounds], rounds);
+		res[i].plain_cpu = bench_median(&mem_c[i * rounds], rounds);
 		res[i].cpu = spin_rate(c, n);
 		char name[32];
 		snprintf(name, sizeof(name), "%u threads", n);
@@ -217,6 +237,8 @@ static int measure(struct bench_ctx *c, struct folio_mapping *m,
 		bench_num(v, "ops_per_s_per_thread", res[i].lib / n);
 		bench_num(v, "mb_per_s", res[i].lib * (double)o->bs / 1e6);
 		bench_num(v, "memcpy_ops_per_s", res[i].plain);
+		bench_num(v, "ops_per_cpu_s", res[i].lib_cpu);
+		bench_num(v, "memcpy_ops_per_cpu_s", res[i].plain_cpu);
 		bench_num(v, "cpu_loop_per_s", res[i].cpu);
 	}
 	free(lib);
@@ -238,6 +260,25 @@ static void series_rows(struct bench_ctx *c, const struct bench_list *list,
 				     .figure = fig, .value = v[i],
 				     .unit = "ops/s", .cmp = i ? base : NULL,
 				     .ratio = i ? v[i] / v[0] : 0,
+				     .flags = i + 1 == list->n ? last_flags
+							       : 0});
+	}
+}
+
+/* Per thread count past the first: the library's speedup over the first
+ * count divided by memcpy's; the last row carries `last_flags`. */
+static void scaling_rows(struct bench_ctx *c, const struct bench_list *list,
+			 const char *what, const double *lib,
+			 const double *plain, unsigned last_flags)
+{
+	for (unsigned i = 1; i < list->n; i++) {
+		char fig[64];
+		snprintf(fig, sizeof(fig), "%llu threads: %s",
+			 (unsigned long long)list->v[i], what);
+		double lib_x = lib[i] / lib[0], mem_x = plain[i] / plain[0];
+		bench_row(c, &(struct bench_row){
+				     .figure = fig, .value = lib_x / mem_x,
+				     .unit = "x", .cmp = "memcpy",
 				     .flags = i + 1 == list->n ? last_flags
 							       : 0});
 	}
@@ -330,25 +371,18 @@ static int run(struct bench_ctx *c)
 	snprintf(base, sizeof(base), "%llu thread%s",
 		 (unsigned long long)list.v[0], list.v[0] == 1 ? "" : "s");
 	double lib[BENCH_LIST_MAX], plain_v[BENCH_LIST_MAX];
+	double lib_c[BENCH_LIST_MAX], plain_c[BENCH_LIST_MAX];
 	for (unsigned i = 0; i < list.n; i++) {
 		lib[i] = res[i].lib;
 		plain_v[i] = res[i].plain;
+		lib_c[i] = res[i].lib_cpu;
+		plain_c[i] = res[i].plain_cpu;
 	}
 	series_rows(c, &list, base, "", lib, BENCH_ROW_HEADLINE);
 	series_rows(c, &list, base, ": memcpy", plain_v, 0);
-	for (unsigned i = 1; i < list.n; i++) {
-		char fig[64];
-		snprintf(fig, sizeof(fig), "%llu threads: lib / memcpy scaling",
-			 (unsigned long long)list.v[i]);
-		double lib_x = res[i].lib / res[0].lib;
-		double mem_x = res[i].plain / res[0].plain;
-		bench_row(c, &(struct bench_row){
-				     .figure = fig, .value = lib_x / mem_x,
-				     .unit = "x", .cmp = "memcpy",
-				     .flags = i + 1 == list.n
-						      ? BENCH_ROW_HEADLINE
-						      : 0});
-	}
+	scaling_rows(c, &list, "lib / memcpy scaling", lib, plain_v,
+		     BENCH_ROW_HEADLINE);
+	scaling_rows(c, &list, "same, per CPU second", lib_c, plain_c, 0);
 	for (unsigned i = 1; i < list.n; i++) {
 		char fig[64];
 		snprintf(fig, sizeof(fig), "%llu threads: CPU-only loop",
@@ -364,6 +398,9 @@ static int run(struct bench_ctx *c)
 		      "rounds; memcpy = the same copies into a plain %s array; "
 		      "%ld CPUs online",
 		   base, (unsigned long long)rounds, s2, cpus);
+	bench_note(c, "per CPU second: ops per second of the threads' own "
+		      "CPU time (what shared lines cost shows there too; a "
+		      "busy machine's descheduling does not)");
 	return 0;
 }
 
@@ -385,7 +422,9 @@ static struct bench_cmd cmd = {
 	"with the library's, --rounds times each (medians; each run takes\n"
 	"--runtime / --rounds seconds), and \"lib / memcpy scaling\" divides\n"
 	"the library's speedup by memcpy's: 1.0 means the library scales as\n"
-	"well as the copies themselves. A loop that shares nothing shows what\n"
+	"well as the copies themselves; \"per CPU second\" is the same ratio\n"
+	"from ops per second of the threads' own CPU time, which a machine\n"
+	"busy with other work disturbs less. A loop that shares nothing shows what\n"
 	"the machine allows (vCPUs may share a core).",
 	.defaults = {.size = 64 * MIB, .bs = 4 * KIB, .jobs = 8, .runtime = 2,
 		     .folio_size = 64 * KIB, .block_size = 4 * KIB,

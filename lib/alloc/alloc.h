@@ -213,6 +213,10 @@ int alloc_folio_mem(size_t data_size, size_t meta_size, void **data,
 		    void **meta, bool *zeroed);
 void alloc_folio_mem_free(void *data, size_t data_size, void *meta,
 			  size_t meta_size);
+/* Its two halves, for a folio whose header must outlive its data (a
+ * lock-free lookup may still read the header of a folio just freed). */
+void alloc_folio_data_free(void *data, size_t data_size);
+void alloc_folio_meta_free(void *meta, size_t meta_size);
 void alloc_stats(struct alloc_stats *st);
 /* Return the calling thread's cache to the arena. */
 void alloc_thread_flush(void);

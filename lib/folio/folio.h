@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "base/base.h"
+#include "base/epoch.h"
 #include "base/spinlock.h"
 
 /* Folio flag bits (struct folio.flags). */
@@ -51,12 +52,22 @@ struct folio {
 	atomic_llong wb_pending;
 	/* The mapping that indexes this folio (NULL for bare folios). */
 	struct folio_mapping *mapping;
-	/* The newest flush epoch in which a write of this folio completed
-	 * (see folio_mark_unstable()); under state_lock. */
-	uint64_t unstable_epoch;
-	/* What write_begin() prepared: write_end() accepts nothing else.
-	 * Valid while FOLIO_F_WRITE_BEGIN is set (under the folio lock). */
-	uint32_t begin_off, begin_len;
+	union {
+		struct {
+			/* The newest flush epoch in which a write of this
+			 * folio completed (see folio_mark_unstable());
+			 * under state_lock. */
+			uint64_t unstable_epoch;
+			/* What write_begin() prepared: write_end() accepts
+			 * nothing else. Valid while FOLIO_F_WRITE_BEGIN is
+			 * set (under the folio lock). */
+			uint32_t begin_off, begin_len;
+		};
+		/* Once the last reference is gone: the header waits here
+		 * for a grace period (folio_put()). No lock-free lookup
+		 * reads these bytes, only refcount and flags. */
+		struct epoch_entry retire;
+	};
 	uint64_t state[];
 };
 
@@ -323,9 +334,46 @@ void folio_set_cache_flag(struct folio *f, bool on);
  * (true), else a plain reference (false), which folio_hint_put() must be
  * told about. */
 bool folio_hint_get(struct folio *f);
+/* The same for a reference the caller already holds, which becomes the
+ * hint's. */
+bool folio_hint_adopt(struct folio *f);
 void folio_hint_put(struct folio *f, bool pinned);
 /* References other than hint pins. */
 unsigned folio_unpinned_refs(const struct folio *f);
+
+/*
+ * References for lock-free lookups (the kernel's speculative page cache
+ * references). A lookup that found f inside an epoch section may take a
+ * reference only with folio_try_get(), which fails when the folio is
+ * dying (its last reference is gone; the header outlives it until the
+ * grace period) or frozen; it then rechecks that f is still where it
+ * found it.
+ *
+ * A remover that must know nobody but itself uses f (the pool's
+ * reclaim) freezes the count instead of reading it: folio_ref_freeze()
+ * succeeds only when exactly `unpinned` references other than hint pins
+ * are held, and no folio_try_get() succeeds until folio_ref_unfreeze().
+ * Plain references (folio_get(), folio_put(), hint pins) still work on a
+ * frozen count.
+ */
+/* Above any real count: a folio has far fewer than 2^31 references. */
+#define FOLIO_REF_FROZEN 0x80000000u
+
+/* Inline: every lock-free lookup that hits takes it. */
+static inline bool folio_try_get(struct folio *f)
+{
+	unsigned r = atomic_load_explicit(&f->refcount, memory_order_relaxed);
+	do {
+		if (!r || (r & FOLIO_REF_FROZEN))
+			return false;
+	} while (!atomic_compare_exchange_weak_explicit(
+		&f->refcount, &r, r + 1, memory_order_acquire,
+		memory_order_relaxed));
+	return true;
+}
+
+bool folio_ref_freeze(struct folio *f, unsigned unpinned);
+void folio_ref_unfreeze(struct folio *f);
 
 void folio_wait_flag_clear(struct folio *f, unsigned bit);
 /* As folio_wait_flag_clear() but gives up after `timeout` (NULL: never);

@@ -21,10 +21,10 @@
  * a clear bit, so a pass costs in proportion to the tagged entries, not
  * to all entries.
  *
- * Memory: a node is INDEX_NODE_BYTES = 536 bytes on LP64 (64 slot
- * pointers, a presence word, two tag words; the level is implied by the
+ * Memory: a node is INDEX_NODE_BYTES = 544 bytes on LP64 (64 slot
+ * pointers, a presence word, three tag words; the level is implied by the
  * depth, never stored). Dense single-key entries fill leaves completely:
- * 10^6 of them take 15,875 nodes = 8.5 MB, about 8.5 bytes per entry.
+ * 10^6 of them take 15,875 nodes = 8.6 MB, about 8.6 bytes per entry.
  * Sparse keys cost more: a lone key costs a chain of nodes down to the
  * leaf.
  *
@@ -34,7 +34,9 @@
  *    index_count, index_node_count, and also index_tag_set;
  *  - writers, which need exclusive access: index_insert, index_remove,
  *    index_tag_clear, index_init, index_init_alloc, index_destroy.
- * Slot pointers are plain memory (only exclusive writers change them); tag
+ * Slot pointers change only under the exclusive side, with release stores
+ * that index_lookup() reads with acquire loads, so that a lockless index
+ * (index_set_lockless()) can serve lookups with no lock at all; tag
  * words are atomics because index_tag_set changes them under the read
  * lock. See index_tag_set() for the memory ordering.
  */
@@ -45,6 +47,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "base/epoch.h"
 
 #define INDEX_TAG_DIRTY 0u
 #define INDEX_TAG_WRITEBACK 1u
@@ -60,8 +64,15 @@
 #define INDEX_MAX_LEVELS 11u
 
 struct index_node {
-	uint64_t present; /* bit i: slot i is not empty */
-	_Atomic uint64_t tags[INDEX_TAG_COUNT];
+	union {
+		struct {
+			uint64_t present; /* bit i: slot i is not empty */
+			_Atomic uint64_t tags[INDEX_TAG_COUNT];
+		};
+		/* An unlinked node of a lock-free index waits here for
+		 * its grace period: lock-free lookups read only slots. */
+		struct epoch_entry retire;
+	};
 	/* Encoded: entry pointer, node pointer | 1, or a back-reference to
 	 * the first slot of a multi-slot entry (see index.c). */
 	uintptr_t slots[INDEX_NODE_SLOTS];
@@ -85,6 +96,13 @@ struct index_allocator {
 struct index_tree {
 	struct index_node *root; /* NULL when empty */
 	unsigned shift;          /* level of the root node */
+	/* root | shift / 6, published with a release store whenever either
+	 * changes: the one word a lock-free lookup starts from (nodes are
+	 * 16-byte aligned, so the level fits below the pointer). */
+	uintptr_t top;
+	/* Lookups run lock-free (index_set_lockless()): unlinked nodes are
+	 * freed after a grace period. */
+	bool lockless;
 	size_t count;            /* entries */
 	size_t nodes;            /* nodes allocated */
 	const struct index_allocator *alloc; /* NULL: malloc and free */
@@ -115,8 +133,38 @@ void index_destroy(struct index_tree *idx);
 int index_insert(struct index_tree *idx, uint64_t first, unsigned order,
 		 void *entry);
 
-/* The entry covering `key`, or NULL. Reader. */
+/* The entry covering `key`, or NULL. Reader; in a lockless index also
+ * safe with no lock at all inside an epoch section (epoch.h), against
+ * any writer: it then returns NULL or an entry that was in the index at
+ * some instant during the call, which the caller checks covers `key`
+ * (racing a remove and an insert of a smaller entry in the same node,
+ * a lookup may reach the newer entry through the older one's slots). */
 void *index_lookup(const struct index_tree *idx, uint64_t key);
+
+/* index_lookup() that also returns (when it returns an entry) the slot
+ * it found it in, for index_slot_holds(): whether that slot still holds
+ * the entry, i.e. whether the entry is still in the index, at the cost
+ * of one load instead of a second walk (a lock-free lookup's recheck
+ * after taking its reference). */
+void *index_lookup_slot(const struct index_tree *idx, uint64_t key,
+			const uintptr_t **slot);
+
+static inline bool index_slot_holds(const uintptr_t *slot, const void *entry)
+{
+	/* Only an empty node leaves the tree, and a lowered root holds no
+	 * entry: a slot that still holds the entry is still in the index. */
+	return __atomic_load_n(slot, __ATOMIC_ACQUIRE) == (uintptr_t)entry;
+}
+
+/*
+ * Let lookups run without the lock: from now on every store a
+ * index_lookup() may see is a release store of a fully built node or
+ * entry, and unlinked nodes are freed only after a grace period
+ * (epoch_retire()). Only for an index whose nodes come from malloc (a
+ * retired node cannot keep its allocator alive): -EINVAL otherwise, 0.
+ * Exclusive, before the index is shared.
+ */
+int index_set_lockless(struct index_tree *idx);
 
 /*
  * Remove the entry stored at exactly [first, first + 2^order) and return

@@ -13,7 +13,8 @@
  *            beyond what a reader or writer could observe mid-call)
  *   folio LOCKED bits, in ascending position order
  *   index_lock (rwlock around the radix tree; tags are set under the
- *               shared side with atomics, cleared under the exclusive side)
+ *               shared side with atomics, cleared under the exclusive side;
+ *               lookups of one folio take neither side, see below)
  *   folio state spinlock
  * commit.lock guards only the bookkeeping of flushes and pending resizes;
  * nothing else is taken while it is held.
@@ -27,7 +28,19 @@
  * pointer that io_lock shared used to keep valid is now kept valid by a
  * reference, and whoever locks a folio found in the index checks that it
  * is still there (FOLIO_REMOVED is set under both locks) before using it:
- * mapping_find_or_create_locked() does both. A cache's locks come after
+ * mapping_find_or_create_locked() does both.
+ *
+ * Lookups of the folio at one position take no lock (mapping_lookup(),
+ * mapping_trylock_cached()): inside an epoch section (base/epoch.h) they
+ * walk the index, which publishes nodes and entries with release stores
+ * and frees nodes after a grace period, and take a reference with
+ * folio_try_get() (or the folio lock) followed by a check that the folio
+ * is still there. A folio's header outlives its last reference by a grace
+ * period (its data does not). The pool's reclaim freezes the count
+ * (folio_ref_freeze()) under index_lock exclusive, so "nobody but the
+ * index and me" cannot turn false between its check and the removal.
+ * Iterations, tag changes and removals still use index_lock. A cache's
+ * locks come after
  * every lock above (they are leaves), and nobody waits for cache memory
  * or dirty throttling while holding io_lock or a folio lock.
  */
@@ -269,8 +282,14 @@ static inline uint64_t mapping_read_end(struct folio_mapping *m)
 /* Raise EOF to at least `end` (concurrent writers race benignly). */
 void mapping_grow_eof(struct folio_mapping *m, uint64_t end);
 
-/* The cached folio holding pos, referenced, or NULL. */
+/* The cached folio holding pos, referenced, or NULL. Lock-free in the
+ * common case (see mapping.c). */
 struct folio *mapping_lookup(struct folio_mapping *m, uint64_t pos);
+
+/* Test hook: called inside the lock-free lookups' epoch section between
+ * finding a folio and taking its reference, so a test can hold the
+ * section open while removers and reclaimers run. NULL: none. */
+extern void (*_Atomic mapping_test_lookup_delay)(void);
 
 /* Bytes a call has charged to m's cache ahead of the folios it is about
  * to create (mapping_cache_reserve()), and the size of the folio it could not
