@@ -599,8 +599,8 @@ struct folio_engine_ops {
 	 * call. On failure return -errno: the library then treats everything
 	 * it wrote since the last successful flush as possibly lost and
 	 * writes it again. Called by sync with no library lock held. Flushes
-	 * of one mapping are never concurrent (two mappings over one engine
-	 * may flush at once). */
+	 * of one engine are never concurrent (the library counts a failed
+	 * one before it lets the next run). */
 	int (*flush)(void *ctx);
 	/* Required. Resize the backing object: bytes past @size are gone and
 	 * a later grow reads zeros there. Called by folio_mapping_truncate(),

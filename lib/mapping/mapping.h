@@ -228,9 +228,14 @@ struct folio_mapping {
 	atomic_uint ra_inflight;
 	uint64_t ra_max; /* largest window, bytes */
 	struct mapping_ra ra;
-	/* Short writes whose rest was put back dirty: sync repeats its pass
-	 * while this moves, so a short completion never ends a sync. */
-	_Atomic uint64_t short_writes;
+	/* Completed writes whose bytes were put back dirty without an error
+	 * of their own: the rest of a short write, and a write a failed
+	 * flush may have dropped while it was in flight. A sync repeats its
+	 * pass while this moves: such a block may go dirty while the sync
+	 * waits for it, after its pass went by, and no error in the
+	 * sequence tells the sync (the failed flush recorded its own
+	 * before), so it would report success for a block it never wrote. */
+	_Atomic uint64_t rewrites;
 
 	/* Bytes the callers wrote and read, counted on every call: striped
 	 * per thread like io_lock, so threads on disjoint folios do not
@@ -482,9 +487,10 @@ void mapping_commit_destroy(struct folio_mapping *m);
  * a flush covers it. Caller holds io_lock exclusively. */
 void mapping_resize_unstable(struct folio_mapping *m, uint64_t size);
 
-/* A write of [off, off+len) of f completed: the bytes are unstable. */
+/* A write of [off, off+len) of f completed: the bytes are unstable;
+ * `failures` is the engine's failed-flush count read at its submission. */
 void mapping_mark_unstable(struct folio_mapping *m, struct folio *f,
-			   size_t off, size_t len);
+			   size_t off, size_t len, uint64_t failures);
 
 /*
  * Make every write that completed before the call durable: run the
