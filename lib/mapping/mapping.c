@@ -624,6 +624,24 @@ struct folio *mapping_next_folio(struct folio_mapping *m, uint64_t *key,
 	return f;
 }
 
+unsigned mapping_next_tagged_batch(struct folio_mapping *m, uint64_t *key,
+				   uint64_t last, unsigned tag,
+				   struct index_hit *hits, unsigned max)
+{
+	if (*key > last || *key == UINT64_MAX)
+		return 0;
+	pthread_rwlock_rdlock(&m->index_lock);
+	unsigned n = index_find_tagged_batch(&m->index, key, last, (int)tag,
+					     hits, max);
+	for (unsigned i = 0; i < n; i++)
+		folio_get(hits[i].entry);
+	pthread_rwlock_unlock(&m->index_lock);
+	/* The last entry ended at the top of the key space. */
+	if (n && !*key)
+		*key = UINT64_MAX;
+	return n;
+}
+
 /* Caller holds index_lock. REMOVED changes under the exclusive side, so
  * a folio seen in the index here is the one at its key: a tag change
  * never reaches a newer folio that took a removed one's place (completions
@@ -650,6 +668,35 @@ void mapping_tag_clear_unless(struct folio_mapping *m, struct folio *f,
 	if (still_indexed(f) && (!still || !still(f)))
 		index_tag_clear(&m->index, mapping_key(m, f->pos),
 				mapping_folio_order(m, f), tag);
+	pthread_rwlock_unlock(&m->index_lock);
+}
+
+void mapping_tag_set_at(struct folio_mapping *m, struct folio *f,
+			struct index_node *node, unsigned tag)
+{
+	if (!index_tag_set_fast(node, mapping_key(m, f->pos),
+				mapping_folio_order(m, f), tag))
+		mapping_tag_set(m, f, tag);
+}
+
+void mapping_tag_drop_at(struct folio_mapping *m, struct folio *f,
+			 struct index_node *node, unsigned tag,
+			 bool (*still)(const struct folio *))
+{
+	index_tag_drop(node, mapping_key(m, f->pos), mapping_folio_order(m, f),
+		       tag);
+	/* After the drop: a setter that made the state come back before
+	 * it is seen here, one that made it come back after sets the tag
+	 * after the drop (index_tag_drop()). */
+	if (still && still(f))
+		mapping_tag_set_at(m, f, node, tag);
+}
+
+void mapping_tags_prune(struct folio_mapping *m, uint64_t first,
+			uint64_t last, unsigned mask)
+{
+	pthread_rwlock_wrlock(&m->index_lock);
+	index_tag_prune(&m->index, first, last, mask);
 	pthread_rwlock_unlock(&m->index_lock);
 }
 
@@ -742,8 +789,16 @@ size_t mapping_reclaim_folio(struct folio_mapping *m, struct folio *f)
 bool mapping_any_tagged(struct folio_mapping *m, unsigned tag)
 {
 	pthread_rwlock_rdlock(&m->index_lock);
-	bool any = index_any_tagged(&m->index, tag);
+	bool root = index_any_tagged(&m->index, tag);
+	uint64_t key = 0;
+	/* The root's bit may be stale: only an entry found says yes. */
+	bool any = root && index_find_tagged(&m->index, &key, UINT64_MAX, tag,
+					     NULL);
 	pthread_rwlock_unlock(&m->index_lock);
+	/* Nothing tagged below a set root bit: clear the stale bits once,
+	 * so that the next calls answer from the root again. */
+	if (root && !any)
+		mapping_tags_prune(m, 0, UINT64_MAX, 1u << tag);
 	return any;
 }
 

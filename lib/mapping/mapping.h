@@ -414,7 +414,8 @@ static inline void mapping_cache_progress(struct folio_mapping *m)
 size_t mapping_reclaim_folio(struct folio_mapping *m, struct folio *f);
 
 /* Does any folio of m carry `tag` (INDEX_TAG_*)? A hint: it may be
- * stale by the time the caller acts on it. */
+ * stale by the time the caller acts on it. Stale index bits do not make it
+ * true (it confirms with a find, and prunes them when nothing is found). */
 bool mapping_any_tagged(struct folio_mapping *m, unsigned tag);
 /* Bytes of index nodes m uses (metadata statistics). */
 size_t mapping_index_bytes(struct folio_mapping *m);
@@ -438,6 +439,35 @@ int64_t mapping_writeback_chunk(struct folio_mapping *m, uint64_t *cursor,
 struct folio *mapping_next_folio(struct folio_mapping *m, uint64_t *key,
 				 uint64_t last, int tag);
 
+/*
+ * mapping_next_folio() for up to `max` folios carrying `tag`, each
+ * referenced, with the index node holding it (for the *_at calls below).
+ * Returns how many; 0 at the end of [*key, last].
+ */
+unsigned mapping_next_tagged_batch(struct folio_mapping *m, uint64_t *key,
+				   uint64_t last, unsigned tag,
+				   struct index_hit *hits, unsigned max);
+
+/*
+ * Tag changes of a folio through the index node holding it, with no index
+ * lock in the common case: the caller guarantees the folio stays in the
+ * index meanwhile (it holds the folio lock and saw it not REMOVED, or the
+ * folio is under writeback, which truncate, invalidate and reclaim wait
+ * for). Setting falls back to mapping_tag_set() when the node's ancestors
+ * may lack the tag. Dropping clears the folio's own bit and re-sets it if
+ * `still` says the state came back; bits above may stay set until
+ * mapping_tags_prune() (finds skip them at a small cost).
+ */
+void mapping_tag_set_at(struct folio_mapping *m, struct folio *f,
+			struct index_node *node, unsigned tag);
+void mapping_tag_drop_at(struct folio_mapping *m, struct folio *f,
+			 struct index_node *node, unsigned tag,
+			 bool (*still)(const struct folio *));
+/* Clear stale tag bits (tags in mask) over keys [first, last]: one
+ * exclusive index_lock acquisition for what drops left behind. */
+void mapping_tags_prune(struct folio_mapping *m, uint64_t first,
+			uint64_t last, unsigned mask);
+
 /* Tag the folio dirty in the index, after a state change returned
  * FOLIO_BECAME_DIRTY. */
 void mapping_tag_dirty(struct folio_mapping *m, struct folio *f);
@@ -459,9 +489,10 @@ void mapping_commit_destroy(struct folio_mapping *m);
  * a flush covers it. Caller holds io_lock exclusively. */
 void mapping_resize_unstable(struct folio_mapping *m, uint64_t size);
 
-/* A write of [off, off+len) of f completed: the bytes are unstable. */
+/* A write of [off, off+len) of f, held by index node `node` (see
+ * mapping_tag_set_at()), completed: the bytes are unstable. */
 void mapping_mark_unstable(struct folio_mapping *m, struct folio *f,
-			   size_t off, size_t len);
+			   struct index_node *node, size_t off, size_t len);
 
 /*
  * Make every write that completed before the call durable: run the
@@ -544,6 +575,7 @@ void mapping_readahead_forget(struct folio_mapping *m, struct folio *f);
 
 struct rq_seg {
 	struct folio *folio;
+	struct index_node *node; /* holding the folio (writeback) */
 	size_t off;
 	size_t len;
 };
@@ -581,6 +613,9 @@ struct rq_builder {
 	void (*end_io)(struct engine_io *rq, ssize_t result);
 	struct io_group *group;
 	struct map_cache map;
+	/* The index node of the folio being added (writeback: its
+	 * completion changes tags through it), else NULL. */
+	struct index_node *node;
 	struct mapping_io *cur;
 	/* Submitted requests, when the caller keeps them (reads): it walks
 	 * and frees them after the group completes. */

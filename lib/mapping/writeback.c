@@ -23,11 +23,13 @@
 
 /* A folio's share of a request finished (bytes counted against its bias). */
 static void wb_folio_done(struct folio_mapping *m, struct folio *f,
-			  long long bytes)
+			  struct index_node *node, long long bytes)
 {
 	if (atomic_fetch_sub(&f->wb_pending, bytes) != bytes)
 		return;
-	mapping_tag_clear_unless(m, f, INDEX_TAG_WRITEBACK, NULL);
+	/* Before writeback ends: until then nothing removes the folio, so
+	 * its node stays. The bits above are pruned by a later pass. */
+	mapping_tag_drop_at(m, f, node, INDEX_TAG_WRITEBACK, NULL);
 	(void)folio_end_writeback(f);
 	folio_put(f); /* the reference writeback took */
 }
@@ -70,7 +72,8 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 		struct rq_seg *s = &io->segs[i];
 		size_t ok = good > at ? MIN(good - at, s->len) : 0;
 		if (ok)
-			mapping_mark_unstable(m, s->folio, s->off, ok);
+			mapping_mark_unstable(m, s->folio, s->node, s->off,
+					      ok);
 		if (ok < s->len && !drop)
 			redirty(m, s->folio, s->off + ok, s->len - ok);
 		at += s->len;
@@ -94,7 +97,8 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 	}
 	mapping_cache_account(m, 0, -(int64_t)len, 0);
 	for (unsigned i = 0; i < io->nsegs; i++)
-		wb_folio_done(m, io->segs[i].folio, (long long)io->segs[i].len);
+		wb_folio_done(m, io->segs[i].folio, io->segs[i].node,
+			      (long long)io->segs[i].len);
 	/* Bytes that reached the store are what waiters for room or for
 	 * dirty data to drop need. Before the group drops: the pass waiting
 	 * for this request may return, and its mapping go, at once. */
@@ -179,12 +183,18 @@ static int merge_gaps(struct folio *f, struct folio_range *runs, int n,
 	return out + 1;
 }
 
+static bool still_dirty(const struct folio *f)
+{
+	return folio_test_dirty(f);
+}
+
 /*
- * Write back one locked, dirty folio: take its runs and queue them.
- * Returns the bytes queued.
+ * Write back one locked, dirty folio held by index node `node`: take its
+ * runs and queue them. Returns the bytes queued.
  */
 static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
-				struct folio *f, size_t gap)
+				struct folio *f, struct index_node *node,
+				size_t gap)
 {
 	/* EOF as of now, under the folio lock: a writer grows EOF before it
 	 * unlocks the folio it appended to, so every dirty byte of this
@@ -197,7 +207,10 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
 	/* Cannot fail: the caller waited for the folio's last writeback
 	 * under the lock it holds. */
 	(void)folio_start_writeback(f);
-	mapping_tag_set(m, f, INDEX_TAG_WRITEBACK);
+	/* Before DIRTY goes: a sync that no longer finds the folio dirty
+	 * must find it under writeback. */
+	mapping_tag_set_at(m, f, node, INDEX_TAG_WRITEBACK);
+	b->node = node;
 
 	uint64_t queued = 0, taken = 0;
 	struct folio_range runs[RUNS_PER_TAKE];
@@ -237,12 +250,49 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
 	}
 
 	/* Dirty bits are gone: drop the tag unless a run was put back. */
-	mapping_tag_clear_unless(m, f, INDEX_TAG_DIRTY, folio_test_dirty);
+	mapping_tag_drop_at(m, f, node, INDEX_TAG_DIRTY, still_dirty);
 
 	/* Counted before the bias drops: completions subtract what they
 	 * finish, and the runs put back were counted by redirty(). */
 	mapping_cache_account(m, -(int64_t)taken, (int64_t)queued, 0);
-	wb_folio_done(m, f, bias - (long long)queued);
+	wb_folio_done(m, f, node, bias - (long long)queued);
+	return queued;
+}
+
+/* Dirty folios found per index round trip. */
+#define WB_BATCH 16
+
+/* One folio the pass found tagged dirty: write it back if it still is.
+ * Returns the bytes queued. */
+static uint64_t visit_folio(struct folio_mapping *m, struct rq_builder *b,
+			    struct wb_params *p, struct folio *f,
+			    struct index_node *node)
+{
+	uint64_t queued = 0;
+	mapping_lock_folio(m, f);
+	if (folio_test_removed(f)) {
+		/* Reclaimed meanwhile (it was clean): node may be gone. */
+		folio_unlock(f);
+		return 0;
+	}
+	if (folio_test_writeback(f)) {
+		if (!p->wait_busy) {
+			folio_unlock(f);
+			return 0;
+		}
+		/* Never sleep on a request we still hold. */
+		rqb_finish(b);
+		int r = mapping_wait_writeback(m, f);
+		if (r)
+			errseq_record(m, r);
+	}
+	if (folio_test_dirty(f))
+		queued = writeback_folio(m, b, f, node, p->merge_gap);
+	else
+		/* A stale tag (the runs went out with an earlier pass):
+		 * drop it. */
+		mapping_tag_drop_at(m, f, node, INDEX_TAG_DIRTY, still_dirty);
+	folio_unlock(f);
 	return queued;
 }
 
@@ -265,45 +315,36 @@ static int64_t writeback_pass(struct folio_mapping *m,
 	uint64_t end = MIN(p->end, mapping_eof(m));
 	uint64_t queued = 0;
 	p->resume = 0;
+	uint64_t first = mapping_key(m, p->start), visited = first;
+	bool seen = false;
 	if (p->start < end) {
-		uint64_t key = mapping_key(m, p->start);
+		uint64_t key = first;
 		uint64_t last = mapping_key(m, end - 1);
-		struct folio *f;
-		while ((f = mapping_next_folio(m, &key, last,
-					       INDEX_TAG_DIRTY))) {
-			mapping_lock_folio(m, f);
-			if (folio_test_removed(f)) {
-				/* Reclaimed meanwhile (it was clean). */
-				folio_unlock(f);
-				folio_put(f);
-				continue;
+		visited = last;
+		struct index_hit hits[WB_BATCH];
+		unsigned n = 0, i = 0;
+		for (;; i++) {
+			if (i == n) {
+				n = mapping_next_tagged_batch(
+					m, &key, last, INDEX_TAG_DIRTY, hits,
+					WB_BATCH);
+				i = 0;
+				if (!n)
+					break;
+				seen = true;
 			}
-			if (folio_test_writeback(f)) {
-				if (!p->wait_busy) {
-					folio_unlock(f);
-					folio_put(f);
-					continue;
-				}
-				/* Never sleep on a request we still hold. */
-				rqb_finish(&b);
-				int r = mapping_wait_writeback(m, f);
-				if (r)
-					errseq_record(m, r);
-			}
-			if (folio_test_dirty(f)) {
-				queued += writeback_folio(m, &b, f,
-							  p->merge_gap);
-			} else {
-				/* A stale tag (the runs went out with an
-				 * earlier pass): drop it. */
-				mapping_tag_clear_unless(m, f, INDEX_TAG_DIRTY,
-							 folio_test_dirty);
-			}
-			folio_unlock(f);
+			struct folio *f = hits[i].entry;
+			queued += visit_folio(m, &b, p, f, hits[i].node);
 			folio_put(f);
 			if (p->budget && queued >= p->budget) {
-				if (key <= last)
-					p->resume = key << m->min_shift;
+				uint64_t next = hits[i].first +
+						(UINT64_C(1) << hits[i].order);
+				if (next && next <= last) {
+					p->resume = next << m->min_shift;
+					visited = next - 1;
+				}
+				while (++i < n)
+					folio_put(hits[i].entry);
 				break;
 			}
 		}
@@ -327,6 +368,12 @@ static int64_t writeback_pass(struct folio_mapping *m,
 		if (r)
 			errseq_record(m, r);
 	}
+	/* The tags the pass dropped (and the completions it waited for)
+	 * leave stale bits above: clear them in one exclusive step. */
+	if (seen)
+		mapping_tags_prune(m, first, visited,
+				   1u << INDEX_TAG_DIRTY |
+					   1u << INDEX_TAG_WRITEBACK);
 	return (int64_t)queued;
 }
 
