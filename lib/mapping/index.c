@@ -666,8 +666,7 @@ static int tag_change(struct index_tree *idx, uint64_t first, unsigned order,
 	int i = locate_exact(idx, first, order, &p);
 	if (i < 0)
 		return -ENOENT;
-	change(idx, &p, tag,
-	       bits((unsigned)i, 1u << (order - level_of(order))));
+	change(idx, &p, tag, index_entry_mask(first, order));
 	return 0;
 }
 
@@ -681,33 +680,6 @@ int index_tag_clear(struct index_tree *idx, uint64_t first, unsigned order,
 		    unsigned tag)
 {
 	return tag_change(idx, first, order, tag, tag_clear_path);
-}
-
-/* The bits of the entry [first, first + 2^order) in its node's words. */
-static inline uint64_t entry_mask(uint64_t first, unsigned order)
-{
-	unsigned level = level_of(order);
-	return bits(slot_of(first, level), 1u << (order - level));
-}
-
-bool index_tag_set_fast(struct index_node *node, uint64_t first,
-			unsigned order, unsigned tag)
-{
-	/* Sequentially consistent: see child_untagged(). It is also the
-	 * release a finder's acquire pairs with, as in tag_set_path(). */
-	atomic_fetch_or(&node->tags[tag], entry_mask(first, order));
-	return atomic_load(&node->up) & (1u << tag);
-}
-
-void index_tag_drop(struct index_node *node, uint64_t first, unsigned order,
-		    unsigned tag)
-{
-	uint64_t mask = entry_mask(first, order);
-	/* A bit read clear here was never set or was set by a setter this
-	 * call then leaves alone: either way nothing a re-check needs. */
-	if (atomic_load_explicit(&node->tags[tag], memory_order_relaxed) & mask)
-		atomic_fetch_and_explicit(&node->tags[tag], ~mask,
-					  memory_order_acq_rel);
 }
 
 /* Clear the stale bits of the tags in mask from n (at level `shift`,

@@ -89,6 +89,16 @@ struct index_node {
 
 #define INDEX_NODE_BYTES sizeof(struct index_node)
 
+/* The slots (as bits of its node's words) of the entry [first,
+ * first + 2^order): 2^(order % 6) of them from slot (first >> level) % 64,
+ * level being order rounded down to a multiple of 6. */
+static inline uint64_t index_entry_mask(uint64_t first, unsigned order)
+{
+	unsigned level = order / INDEX_NODE_SHIFT * INDEX_NODE_SHIFT;
+	unsigned slot = (unsigned)(first >> level) & (INDEX_NODE_SLOTS - 1);
+	return ((UINT64_C(1) << (1u << (order - level))) - 1) << slot;
+}
+
 /*
  * Where an index gets its nodes (INDEX_NODE_BYTES each, aligned like
  * malloc's) and returns them. alloc returns NULL on failure, which
@@ -232,10 +242,25 @@ unsigned index_find_tagged_batch(const struct index_tree *idx, uint64_t *key,
  * a racing setter wrote before its index_tag_set()); bits above may stay
  * set until index_tag_prune().
  */
-bool index_tag_set_fast(struct index_node *node, uint64_t first,
-			unsigned order, unsigned tag);
-void index_tag_drop(struct index_node *node, uint64_t first, unsigned order,
-		    unsigned tag);
+static inline bool index_tag_set_fast(struct index_node *node, uint64_t first,
+				      unsigned order, unsigned tag)
+{
+	/* Sequentially consistent: see child_untagged() in index.c. It is
+	 * also the release a finder's acquire pairs with. */
+	atomic_fetch_or(&node->tags[tag], index_entry_mask(first, order));
+	return atomic_load(&node->up) & (1u << tag);
+}
+
+static inline void index_tag_drop(struct index_node *node, uint64_t first,
+				  unsigned order, unsigned tag)
+{
+	uint64_t mask = index_entry_mask(first, order);
+	/* A bit read clear here was never set or was set by a setter this
+	 * call then leaves alone: either way nothing a re-check needs. */
+	if (atomic_load_explicit(&node->tags[tag], memory_order_relaxed) & mask)
+		atomic_fetch_and_explicit(&node->tags[tag], ~mask,
+					  memory_order_acq_rel);
+}
 
 /*
  * Clear the stale bits (see the top of this file) of the tags in mask

@@ -580,7 +580,7 @@ void mapping_lock_folio(struct folio_mapping *m, struct folio *f)
 	/* Only readahead leaves a folio locked with nobody to complete its
 	 * read, and it counts itself in ra_inflight before it locks any:
 	 * a holder seen while that is 0 unlocks on its own. */
-	while (folio_trylock(f) != 1) {
+	while (!folio_lock_nowait(f)) {
 		if (m->engine->ops.wait && atomic_load(&m->ra_inflight)) {
 			struct lock_wait w = {f, false};
 			(void)engine_wait_until(m->engine, lock_taken,
@@ -669,27 +669,6 @@ void mapping_tag_clear_unless(struct folio_mapping *m, struct folio *f,
 		index_tag_clear(&m->index, mapping_key(m, f->pos),
 				mapping_folio_order(m, f), tag);
 	pthread_rwlock_unlock(&m->index_lock);
-}
-
-void mapping_tag_set_at(struct folio_mapping *m, struct folio *f,
-			struct index_node *node, unsigned tag)
-{
-	if (!index_tag_set_fast(node, mapping_key(m, f->pos),
-				mapping_folio_order(m, f), tag))
-		mapping_tag_set(m, f, tag);
-}
-
-void mapping_tag_drop_at(struct folio_mapping *m, struct folio *f,
-			 struct index_node *node, unsigned tag,
-			 bool (*still)(const struct folio *))
-{
-	index_tag_drop(node, mapping_key(m, f->pos), mapping_folio_order(m, f),
-		       tag);
-	/* After the drop: a setter that made the state come back before
-	 * it is seen here, one that made it come back after sets the tag
-	 * after the drop (index_tag_drop()). */
-	if (still && still(f))
-		mapping_tag_set_at(m, f, node, tag);
 }
 
 void mapping_tags_prune(struct folio_mapping *m, uint64_t first,

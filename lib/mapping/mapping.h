@@ -458,11 +458,29 @@ unsigned mapping_next_tagged_batch(struct folio_mapping *m, uint64_t *key,
  * `still` says the state came back; bits above may stay set until
  * mapping_tags_prune() (finds skip them at a small cost).
  */
-void mapping_tag_set_at(struct folio_mapping *m, struct folio *f,
-			struct index_node *node, unsigned tag);
-void mapping_tag_drop_at(struct folio_mapping *m, struct folio *f,
-			 struct index_node *node, unsigned tag,
-			 bool (*still)(const struct folio *));
+void mapping_tag_set(struct folio_mapping *m, struct folio *f, unsigned tag);
+static inline void mapping_tag_set_at(struct folio_mapping *m,
+				      struct folio *f, struct index_node *node,
+				      unsigned tag)
+{
+	if (!index_tag_set_fast(node, mapping_key(m, f->pos),
+				mapping_folio_order(m, f), tag))
+		mapping_tag_set(m, f, tag);
+}
+
+static inline void mapping_tag_drop_at(struct folio_mapping *m,
+				       struct folio *f,
+				       struct index_node *node, unsigned tag,
+				       bool (*still)(const struct folio *))
+{
+	index_tag_drop(node, mapping_key(m, f->pos), mapping_folio_order(m, f),
+		       tag);
+	/* After the drop: a setter that made the state come back before
+	 * it is seen here, one that made it come back after sets the tag
+	 * after the drop (index_tag_drop()). */
+	if (still && still(f))
+		mapping_tag_set_at(m, f, node, tag);
+}
 /* Clear stale tag bits (tags in mask) over keys [first, last]: one
  * exclusive index_lock acquisition for what drops left behind. */
 void mapping_tags_prune(struct folio_mapping *m, uint64_t first,

@@ -139,15 +139,17 @@ static struct mapping_io *io_alloc(struct rq_builder *b, unsigned cap)
 		if (!io)
 			return NULL;
 	}
-	memset(io, 0, sizeof(*io));
-	io->base.io.op = b->op;
-	io->base.end_io = b->end_io;
-	io->base.io.iov = io->iov;
-	io->m = b->m;
-	io->group = b->group;
-	io->max_segs = b->max_segs;
-	io->cap = cap;
-	io->segs = (struct rq_seg *)(void *)(io->iov + cap);
+	/* One assignment: the fields named and zeros for the rest, stored
+	 * together rather than a memset and then the fields. */
+	*io = (struct mapping_io){
+		.base = {.io = {.op = b->op, .iov = io->iov},
+			 .end_io = b->end_io},
+		.m = b->m,
+		.group = b->group,
+		.cap = cap,
+		.max_segs = b->max_segs,
+		.segs = (struct rq_seg *)(void *)(io->iov + cap),
+	};
 	return io;
 }
 

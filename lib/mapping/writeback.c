@@ -30,7 +30,7 @@ static void wb_folio_done(struct folio_mapping *m, struct folio *f,
 	/* Before writeback ends: until then nothing removes the folio, so
 	 * its node stays. The bits above are pruned by a later pass. */
 	mapping_tag_drop_at(m, f, node, INDEX_TAG_WRITEBACK, NULL);
-	(void)folio_end_writeback(f);
+	folio_writeback_end(f);
 	folio_put(f); /* the reference writeback took */
 }
 
@@ -185,12 +185,15 @@ static int merge_gaps(struct folio *f, struct folio_range *runs, int n,
 
 static bool still_dirty(const struct folio *f)
 {
-	return folio_test_dirty(f);
+	return folio_any_dirty(f);
 }
 
 /*
  * Write back one locked, dirty folio held by index node `node`: take its
- * runs and queue them. Returns the bytes queued.
+ * runs and queue them. The caller's reference becomes writeback's, which
+ * its end drops: the folio stays valid while locked all the same, since
+ * the index holds it until it is removed under its lock. Returns the
+ * bytes queued.
  */
 static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
 				struct folio *f, struct index_node *node,
@@ -201,12 +204,11 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
 	 * folio lies below it. An EOF read at the start of the pass could
 	 * be older than bytes appended since. */
 	uint64_t eof = mapping_eof(m);
-	long long bias = (long long)folio_size(f) + 1;
-	folio_get(f);
+	long long bias = (long long)folio_bytes(f) + 1;
 	atomic_store(&f->wb_pending, bias);
 	/* Cannot fail: the caller waited for the folio's last writeback
 	 * under the lock it holds. */
-	(void)folio_start_writeback(f);
+	(void)folio_writeback_begin(f);
 	/* Before DIRTY goes: a sync that no longer finds the folio dirty
 	 * must find it under writeback. */
 	mapping_tag_set_at(m, f, node, INDEX_TAG_WRITEBACK);
@@ -221,6 +223,7 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
 		/* Before merging: a gap of clean blocks was never dirty. */
 		for (int i = 0; i < n; i++)
 			taken += runs[i].len;
+		bool more = n == RUNS_PER_TAKE;
 		n = merge_gaps(f, runs, n, gap);
 		for (int i = 0; i < n; i++) {
 			uint64_t pos = f->pos + runs[i].off;
@@ -247,6 +250,9 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
 				errseq_record(m, r);
 			}
 		}
+		/* Fewer runs than asked for: that was all of them. */
+		if (!more)
+			break;
 	}
 
 	/* Dirty bits are gone: drop the tag unless a run was put back. */
@@ -260,40 +266,37 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
 }
 
 /* Dirty folios found per index round trip. */
-#define WB_BATCH 16
+#define WB_BATCH 32
 
-/* One folio the pass found tagged dirty: write it back if it still is.
- * Returns the bytes queued. */
+/* One folio the pass found tagged dirty, with a reference the call
+ * consumes: write it back if it still is. Returns the bytes queued. */
 static uint64_t visit_folio(struct folio_mapping *m, struct rq_builder *b,
 			    struct wb_params *p, struct folio *f,
 			    struct index_node *node)
 {
-	uint64_t queued = 0;
 	mapping_lock_folio(m, f);
-	if (folio_test_removed(f)) {
-		/* Reclaimed meanwhile (it was clean): node may be gone. */
-		folio_unlock(f);
-		return 0;
-	}
-	if (folio_test_writeback(f)) {
-		if (!p->wait_busy) {
-			folio_unlock(f);
-			return 0;
-		}
+	/* Reclaimed meanwhile (it was clean; its node may be gone), or busy
+	 * and this pass does not wait. */
+	bool skip = folio_test_removed(f) ||
+		    (folio_under_writeback(f) && !p->wait_busy);
+	if (!skip && folio_under_writeback(f)) {
 		/* Never sleep on a request we still hold. */
 		rqb_finish(b);
 		int r = mapping_wait_writeback(m, f);
 		if (r)
 			errseq_record(m, r);
 	}
-	if (folio_test_dirty(f))
-		queued = writeback_folio(m, b, f, node, p->merge_gap);
-	else
-		/* A stale tag (the runs went out with an earlier pass):
-		 * drop it. */
+	if (!skip && folio_any_dirty(f)) {
+		uint64_t queued = writeback_folio(m, b, f, node, p->merge_gap);
+		folio_release(f);
+		return queued;
+	}
+	/* A stale tag (the runs went out with an earlier pass): drop it. */
+	if (!skip)
 		mapping_tag_drop_at(m, f, node, INDEX_TAG_DIRTY, still_dirty);
-	folio_unlock(f);
-	return queued;
+	folio_release(f);
+	folio_put(f);
+	return 0;
 }
 
 static int64_t writeback_pass(struct folio_mapping *m,
@@ -333,9 +336,8 @@ static int64_t writeback_pass(struct folio_mapping *m,
 					break;
 				seen = true;
 			}
-			struct folio *f = hits[i].entry;
-			queued += visit_folio(m, &b, p, f, hits[i].node);
-			folio_put(f);
+			queued += visit_folio(m, &b, p, hits[i].entry,
+					      hits[i].node);
 			if (p->budget && queued >= p->budget) {
 				uint64_t next = hits[i].first +
 						(UINT64_C(1) << hits[i].order);
