@@ -336,10 +336,11 @@ static size_t take_dirty_word(struct folio *f, size_t n, size_t b,
 			      struct folio_range *runs, size_t max_runs)
 {
 	uint64_t w = f->state[0];
-	/* Bits below 2n only: 2n <= 64, and b <= 2n. */
+	/* Bits [b, 2n) only: 2n <= 64, and b <= 2n (b == 64: none). */
 	uint64_t below = 2 * n == 64 ? ~UINT64_C(0)
 				     : (UINT64_C(1) << (2 * n)) - 1;
-	uint64_t d = w & below & ~((UINT64_C(1) << b) - 1);
+	uint64_t from = b >= 64 ? 0 : ~((UINT64_C(1) << b) - 1);
+	uint64_t d = w & below & from;
 	uint64_t gone = 0;
 	size_t taken = 0;
 	while (d && taken < max_runs) {
