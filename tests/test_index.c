@@ -1019,7 +1019,10 @@ struct lf_arg {
 	struct tshared *s;
 	unsigned id;
 	struct index_node **node; /* of owned entry 4k at [k] */
-	atomic_bool *set;         /* [k]: its tag is set, not dropped */
+	/* [k]: odd while its tag is set and not dropped; every set and
+	 * drop moves it on, so a writer that reads the same odd value
+	 * before and after a look knows the tag stayed set in between. */
+	atomic_uint *seq;
 };
 
 static bool lf_owned(unsigned i)
@@ -1047,11 +1050,12 @@ static void *lf_owner(void *arg)
 			pthread_rwlock_unlock(&s->lock);
 		}
 		/* Set and complete: the writer checks it is found. */
-		atomic_store(&a->set[k], true);
+		if (!(atomic_load(&a->seq[k]) & 1))
+			atomic_fetch_add(&a->seq[k], 1);
 		/* Mostly dropped again, so leaves go stale and the
 		 * writer's prunes race with the next set. */
 		if (test_rand_below(&rng, 8)) {
-			atomic_store(&a->set[k], false);
+			atomic_fetch_add(&a->seq[k], 1);
 			index_tag_drop(node, e->first, e->order, tag);
 		}
 	}
@@ -1080,10 +1084,11 @@ static void *lf_writer(void *arg)
 					1u << INDEX_TAG_UNSTABLE);
 			for (unsigned k = i / 8 * 2; k < i / 8 * 2 + 2; k++) {
 				struct tentry *o = &s->ent[k * 4];
-				if (atomic_load(&a->set[k]) &&
+				unsigned before = atomic_load(&a->seq[k]);
+				if ((before & 1) &&
 				    !index_tag_get(&s->idx, o->first,
 						   INDEX_TAG_UNSTABLE) &&
-				    atomic_load(&a->set[k]))
+				    atomic_load(&a->seq[k]) == before)
 					terr(s, "completed set lost by prune");
 			}
 		} else if (lf_owned(i)) {
@@ -1126,11 +1131,11 @@ static void test_threads_lockfree(void **state)
 	for (unsigned i = 0; i < LF_ENTRIES; i += 4)
 		nodes[i / 4] = node_of(&s->idx, s->ent[i].first,
 				       s->ent[i].order);
-	static atomic_bool set[LF_ENTRIES / 4];
-	struct lf_arg warg = {s, 0, nodes, set};
+	static atomic_uint seq[LF_ENTRIES / 4];
+	struct lf_arg warg = {s, 0, nodes, seq};
 	assert_int_equal(pthread_create(&wr, NULL, lf_writer, &warg), 0);
 	for (unsigned i = 0; i < T_OWNERS; i++) {
-		args[i] = (struct lf_arg){s, i, nodes, set};
+		args[i] = (struct lf_arg){s, i, nodes, seq};
 		assert_int_equal(pthread_create(&ow[i], NULL, lf_owner,
 						&args[i]), 0);
 	}
