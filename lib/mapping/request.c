@@ -86,6 +86,7 @@ static void io_cache_destructor(void *unused)
 {
 	(void)unused;
 	io_cache.dead = true;
+	io_cache.registered = false;
 	while (io_cache.head) {
 		struct mapping_io *io = io_cache.head;
 		io_cache.head = io->next;
