@@ -861,6 +861,7 @@ struct tentry {
 #define T_ENTRIES 2048u
 #define T_READERS 3
 #define T_TAGGERS 2
+#define T_LOCKLESS 2
 
 struct tshared {
 	struct index_tree idx;
@@ -936,6 +937,28 @@ static void *reader(void *arg)
 			prev_end = key;
 		}
 		pthread_rwlock_unlock(&s->lock);
+	}
+	return NULL;
+}
+
+/* Lookups with no lock at all, against the same writer: every answer is
+ * NULL or an entry that covers the key (the lookup's contract; the
+ * entries here are never freed, nodes are, after grace periods). */
+static void *lockless_reader(void *arg)
+{
+	struct tshared *s = arg;
+	uint64_t rng = s->seed ^ (uint64_t)(uintptr_t)&rng;
+	const uint64_t keys = T_ENTRIES * 64;
+
+	while (!atomic_load(&s->stop)) {
+		unsigned ep = epoch_read_enter();
+		for (unsigned k = 0; k < 64; k++) {
+			uint64_t key = test_rand_below(&rng, keys);
+			struct tentry *e = index_lookup(&s->idx, key);
+			if (e && (e < s->ent || e >= s->ent + T_ENTRIES))
+				terr(s, "lock-free lookup: not an entry");
+		}
+		epoch_read_exit(ep);
 	}
 	return NULL;
 }
@@ -1069,10 +1092,20 @@ static void *lf_writer(void *arg)
 	uint64_t rng = s->seed * 5 + 3;
 
 	while (!atomic_load(&s->stop)) {
-		unsigned i = (unsigned)test_rand_below(&rng, LF_ENTRIES);
+		unsigned i = (unsigned)test_rand_below(&rng, LF_ENTRIES + 2);
 		struct tentry *e = &s->ent[i];
 		pthread_rwlock_wrlock(&s->lock);
-		if (test_rand_below(&rng, 2)) {
+		if (i >= LF_ENTRIES) {
+			/* A leaf of its own, or a key far up that grows the
+			 * root and lowers it again: nodes are unlinked (in a
+			 * lockless index, retired) beside the owners'. */
+			if (e->present ? index_remove(&s->idx, e->first,
+						      e->order) != e
+				       : index_insert(&s->idx, e->first,
+						      e->order, e) != 0)
+				terr(s, "far insert or remove");
+			e->present = !e->present;
+		} else if (test_rand_below(&rng, 2)) {
 			/* The leaf of entry i, where owners' bits come and
 			 * go: every owned entry there whose set completed
 			 * (and stays) must still be found from the root.
@@ -1107,7 +1140,7 @@ static void *lf_writer(void *arg)
 	return NULL;
 }
 
-static void test_threads_lockfree(void **state)
+static void run_threads_lockfree(bool lockless)
 {
 	struct tshared *s = calloc(1, sizeof(*s));
 	pthread_t ow[T_OWNERS], wr;
@@ -1116,6 +1149,8 @@ static void test_threads_lockfree(void **state)
 	/* Runs for a fixed time: the races it looks for need the threads
 	 * to overlap, however slow the build. */
 	uint64_t rng = tshared_init(s, "index_threads_lockfree", 0);
+	if (lockless)
+		assert_int_equal(index_set_lockless(&s->idx), 0);
 	for (unsigned i = 0; i < LF_ENTRIES; i++) {
 		/* Eight entries of orders 0..2 per 64 keys: owned and other
 		 * entries share leaves. */
@@ -1127,11 +1162,16 @@ static void test_threads_lockfree(void **state)
 			assert_int_equal(index_insert(&s->idx, s->ent[i].first,
 						      order, &s->ent[i]), 0);
 	}
+	s->ent[LF_ENTRIES] = (struct tentry){.first = 4096, .order = 0};
+	s->ent[LF_ENTRIES + 1] = (struct tentry){.first = UINT64_C(1) << 40,
+						 .order = 3};
 	struct index_node *nodes[LF_ENTRIES / 4];
 	for (unsigned i = 0; i < LF_ENTRIES; i += 4)
 		nodes[i / 4] = node_of(&s->idx, s->ent[i].first,
 				       s->ent[i].order);
 	static atomic_uint seq[LF_ENTRIES / 4];
+	for (unsigned k = 0; k < LF_ENTRIES / 4; k++)
+		atomic_store(&seq[k], 0); /* from an earlier run */
 	struct lf_arg warg = {s, 0, nodes, seq};
 	assert_int_equal(pthread_create(&wr, NULL, lf_writer, &warg), 0);
 	for (unsigned i = 0; i < T_OWNERS; i++) {
@@ -1151,16 +1191,35 @@ static void test_threads_lockfree(void **state)
 	index_tag_prune(&s->idx, 0, UINT64_MAX, (1u << INDEX_TAG_COUNT) - 1);
 	check_verify(&s->idx);
 	index_destroy(&s->idx);
+	epoch_barrier();
 	pthread_rwlock_destroy(&s->lock);
 	free(s);
 }
 
-static void test_threads(void **state)
+static void test_threads_lockfree(void **state)
+{
+	(void)state;
+	run_threads_lockfree(false);
+}
+
+/* The same on a lockless index, whose unlinked nodes carry their retire
+ * link in the presence and tag words: the owners' lock-free tag calls
+ * must never reach such a node (under ASan a write there corrupts the
+ * retire list or lands in freed memory). */
+static void test_threads_lockfree_lockless(void **state)
+{
+	(void)state;
+	run_threads_lockfree(true);
+}
+
+static void run_threads(bool lockless)
 {
 	struct tshared *s = calloc(1, sizeof(*s));
-	pthread_t rd[T_READERS], tg[T_TAGGERS], wr;
+	pthread_t rd[T_READERS], lf[T_LOCKLESS], tg[T_TAGGERS], wr;
 
 	uint64_t rng = tshared_init(s, "index_threads", test_iters(40000, 2000));
+	if (lockless)
+		assert_int_equal(index_set_lockless(&s->idx), 0);
 	for (unsigned i = 0; i < T_ENTRIES; i++) {
 		/* One entry per 64 keys, of orders 0..6, at varying offsets so
 		 * leaves and level-6 slots are both exercised. */
@@ -1176,6 +1235,9 @@ static void test_threads(void **state)
 
 	for (int i = 0; i < T_READERS; i++)
 		assert_int_equal(pthread_create(&rd[i], NULL, reader, s), 0);
+	for (int i = 0; lockless && i < T_LOCKLESS; i++)
+		assert_int_equal(pthread_create(&lf[i], NULL, lockless_reader,
+						s), 0);
 	for (int i = 0; i < T_TAGGERS; i++)
 		assert_int_equal(pthread_create(&tg[i], NULL, tagger, s), 0);
 	assert_int_equal(pthread_create(&wr, NULL, writer, s), 0);
@@ -1185,6 +1247,8 @@ static void test_threads(void **state)
 	atomic_store(&s->stop, true);
 	for (int i = 0; i < T_READERS; i++)
 		pthread_join(rd[i], NULL);
+	for (int i = 0; lockless && i < T_LOCKLESS; i++)
+		pthread_join(lf[i], NULL);
 
 	assert_int_equal(atomic_load(&s->errors), 0);
 	check_verify(&s->idx);
@@ -1196,8 +1260,69 @@ static void test_threads(void **state)
 	}
 	assert_int_equal(index_count(&s->idx), n);
 	index_destroy(&s->idx);
+	/* The retired nodes go now, not at some later test's retire. */
+	epoch_barrier();
 	pthread_rwlock_destroy(&s->lock);
 	free(s);
+}
+
+/* The child node a slot of n holds (white-box). */
+static const struct index_node *slot_node_of(const struct index_node *n,
+					     unsigned i)
+{
+	uintptr_t v = n->slots[i];
+	assert_int_equal(v & 3, 1);
+	return (const struct index_node *)(v - 1);
+}
+
+static void test_threads(void **state)
+{
+	(void)state;
+	run_threads(false);
+}
+
+/* A lockless index frees an unlinked node only after a grace period: a
+ * lookup that was inside it may still read its slots (under ASan a node
+ * freed at once is a use after free here). */
+static void test_lockless_frees_after_grace(void **state)
+{
+	(void)state;
+	struct index_tree idx;
+	index_init(&idx);
+	assert_int_equal(index_set_lockless(&idx), 0);
+	assert_int_equal(index_insert(&idx, 1000, 0, fake(1)), 0);
+	assert_int_equal(index_insert(&idx, 2000, 0, fake(2)), 0);
+	assert_int_equal(idx.shift, 6);
+	const struct index_node *root = idx.root;
+	const struct index_node *leaf = slot_node_of(root, 1000 >> 6);
+	assert_ptr_equal(index_remove(&idx, 1000, 0), fake(1));
+	/* The leaf left the tree, its memory did not. */
+	assert_int_equal(__atomic_load_n(&leaf->slots[1000 & 63],
+					 __ATOMIC_ACQUIRE), 0);
+	assert_ptr_equal(index_remove(&idx, 2000, 0), fake(2));
+	assert_null(idx.root);
+	assert_int_equal(__atomic_load_n(&root->slots[2000 >> 6],
+					 __ATOMIC_ACQUIRE), 0);
+	index_destroy(&idx);
+	epoch_barrier();
+
+	/* An index with an allocator of its own cannot be lockless. */
+	unsigned countdown = 0;
+	const struct index_allocator own = {
+		.alloc = failing_alloc, .free = failing_free, .arg = &countdown,
+	};
+	index_init_alloc(&idx, &own);
+	assert_int_equal(index_set_lockless(&idx), -EINVAL);
+	assert_false(idx.lockless);
+}
+
+/* The same with lookups that take no lock (the mapping's): under ASan a
+ * node freed before a lookup left it is a use after free, under TSan a
+ * slot store that is not a release is a race. */
+static void test_threads_lockless(void **state)
+{
+	(void)state;
+	run_threads(true);
 }
 
 int main(void)
@@ -1211,7 +1336,10 @@ int main(void)
 		cmocka_unit_test(test_drop_prune),
 		cmocka_unit_test(test_model),
 		cmocka_unit_test(test_threads),
+		cmocka_unit_test(test_threads_lockless),
+		cmocka_unit_test(test_lockless_frees_after_grace),
 		cmocka_unit_test(test_threads_lockfree),
+		cmocka_unit_test(test_threads_lockfree_lockless),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,32 +5,53 @@
  * ranges of one cache-hot mapping (mem engine, no sync in the loop), so
  * whatever stops the scaling is shared state in the mapping itself (its
  * locks, the index, the statistics counters), not data contention.
+ *
+ * The same copies at the same random offsets into a plain array of the
+ * same size (memcpy) run beside it, in interleaved rounds: 4 KiB random
+ * copies scale with the memory system, not only with the CPUs (two
+ * threads may beat twice one thread when each one's range fits its own
+ * core's cache better), so the honest figure is the library's scaling
+ * divided by memcpy's.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench.h"
 
 static struct bench_list counts; /* empty: 1, 2, 4 ... --jobs */
+static uint64_t rounds = 3;
 
 static struct bench_xopt xopts[] = {
 	{.name = "threads", .type = BENCH_X_COUNTS, .var = &counts,
 	 .metavar = "LIST",
 	 .help = "thread counts to run (default: powers of two up to "
 		 "--jobs, and --jobs)"},
+	{.name = "rounds", .type = BENCH_X_UINT, .var = &rounds, .metavar = "N",
+	 .help = "interleaved rounds of library and memcpy runs per thread "
+		 "count (default 3; the median is reported)"},
 	{0},
 };
 
 struct worker {
 	struct folio_mapping *m;
+	unsigned char *plain; /* not NULL: memcpy into it instead of m */
 	uint64_t base, slots, bs;
 	unsigned index;
 	atomic_bool *stop;
 	uint64_t ops;
+	uint64_t cpu_ns; /* the thread's own CPU time in the loop */
 	int error;
 };
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static void *worker_main(void *arg)
 {
@@ -42,6 +63,7 @@ static void *worker_main(void *arg)
 		return NULL;
 	}
 	memset(buf, (int)(0x30 + w->index), w->bs);
+	uint64_t cpu0 = thread_cpu_ns();
 	/* A batch between checks of the stop flag keeps its cache line out
 	 * of the measured path. At least one, so that a thread scheduled
 	 * only after a short run was stopped still counts something. */
@@ -49,6 +71,10 @@ static void *worker_main(void *arg)
 		for (int i = 0; i < 64; i++) {
 			uint64_t off = w->base +
 				       (bench_rand(&seed) % w->slots) * w->bs;
+			if (w->plain) {
+				memcpy(w->plain + off, buf, w->bs);
+				continue;
+			}
 			ssize_t r = folio_mapping_write(w->m, buf, w->bs, off);
 			if (r != (ssize_t)w->bs) {
 				w->error = r < 0 ? (int)r : -EIO;
@@ -58,6 +84,7 @@ static void *worker_main(void *arg)
 		}
 		w->ops += 64;
 	} while (!atomic_load_explicit(w->stop, memory_order_relaxed));
+	w->cpu_ns = thread_cpu_ns() - cpu0;
 	free(buf);
 	return NULL;
 }
@@ -113,13 +140,16 @@ static double spin_rate(struct bench_ctx *c, unsigned n)
 	return secs > 0 ? (double)ops / secs : 0;
 }
 
-static int measure(struct bench_ctx *c, struct folio_mapping *m, unsigned n,
-		   double *ops_s, double *cpu_s)
+/* One timed run of n threads over m, or over `plain` when it is not
+ * NULL: ops/s in *ops_s. */
+static int run_once(struct bench_ctx *c, struct folio_mapping *m,
+		    unsigned char *plain, unsigned n, double secs_wanted,
+		    double *ops_s, double *ops_cpu_s)
 {
 	const struct bench_opts *o = &c->o;
-	/* Every count starts from a clean cache so each pays the same
-	 * clean-to-dirty transitions. */
-	int err = folio_mapping_sync(m, NULL);
+	/* Every library run starts from a clean cache so each pays the
+	 * same clean-to-dirty transitions. */
+	int err = plain ? 0 : folio_mapping_sync(m, NULL);
 	if (err)
 		return err;
 	uint64_t span = o->size / n / o->folio_size * o->folio_size;
@@ -134,35 +164,124 @@ static int measure(struct bench_ctx *c, struct folio_mapping *m, unsigned n,
 		return -ENOMEM;
 	atomic_bool stop;
 	for (unsigned i = 0; i < n; i++)
-		w[i] = (struct worker){.m = m, .base = i * span,
+		w[i] = (struct worker){.m = m, .plain = plain,
+				       .base = i * span,
 				       .slots = span / o->bs, .bs = o->bs,
 				       .index = i, .stop = &stop};
 	char what[64];
-	snprintf(what, sizeof(what), "overwrite-threads [%u threads]", n);
+	snprintf(what, sizeof(what), "overwrite-threads [%u threads%s]", n,
+		 plain ? ", memcpy" : "");
 	double secs = bench_run_threads(what, n, worker_main, w, sizeof(*w),
-					o->runtime, &stop);
-	uint64_t ops = 0;
+					secs_wanted, &stop);
+	uint64_t ops = 0, cpu = 0;
 	for (unsigned i = 0; i < n; i++) {
 		if (w[i].error && !err)
 			err = w[i].error;
 		ops += w[i].ops;
+		cpu += w[i].cpu_ns;
 	}
 	free(w);
 	if (secs < 0)
 		return -EAGAIN;
 	*ops_s = (double)ops / secs;
-	*cpu_s = spin_rate(c, n);
-	char name[32];
-	snprintf(name, sizeof(name), "%u threads", n);
-	struct bench_variant *v = bench_variant(c, name);
-	bench_num(v, "threads", n);
-	bench_num(v, "seconds", secs);
-	bench_num(v, "ops", (double)ops);
-	bench_num(v, "ops_per_s", *ops_s);
-	bench_num(v, "ops_per_s_per_thread", *ops_s / n);
-	bench_num(v, "mb_per_s", *ops_s * (double)o->bs / 1e6);
-	bench_num(v, "cpu_loop_per_s", *cpu_s);
+	*ops_cpu_s = cpu ? (double)ops / ((double)cpu / 1e9) : 0;
 	return err;
+}
+
+/* Medians over the rounds, per thread count: ops/s of wall time, ops
+ * per second of the threads' own CPU time, and the CPU-only loop. */
+struct result {
+	double lib, plain, lib_cpu, plain_cpu, cpu;
+};
+
+static int measure(struct bench_ctx *c, struct folio_mapping *m,
+		   unsigned char *plain, const struct bench_list *list,
+		   struct result *res)
+{
+	const struct bench_opts *o = &c->o;
+	double secs = o->runtime / (double)rounds;
+	double *lib = calloc(list->n * rounds * 4, sizeof(double));
+	if (!lib)
+		return -ENOMEM;
+	double *mem = lib + list->n * rounds;
+	double *lib_c = mem + list->n * rounds;
+	double *mem_c = lib_c + list->n * rounds;
+	int err = 0;
+	/* Interleaved: whatever else the machine runs meanwhile spreads
+	 * over both kinds and every count. */
+	for (uint64_t r = 0; r < rounds && !err; r++)
+		for (unsigned i = 0; i < list->n && !err; i++) {
+			unsigned n = (unsigned)list->v[i];
+			err = run_once(c, m, NULL, n, secs,
+				       &lib[i * rounds + r],
+				       &lib_c[i * rounds + r]);
+			if (!err)
+				err = run_once(c, NULL, plain, n, secs,
+					       &mem[i * rounds + r],
+					       &mem_c[i * rounds + r]);
+		}
+	for (unsigned i = 0; i < list->n && !err; i++) {
+		unsigned n = (unsigned)list->v[i];
+		res[i].lib = bench_median(&lib[i * rounds], rounds);
+		res[i].plain = bench_median(&mem[i * rounds], rounds);
+		res[i].lib_cpu = bench_median(&lib_c[i * rounds], rounds);
+		res[i].plain_cpu = bench_median(&mem_c[i * rounds], rounds);
+		res[i].cpu = spin_rate(c, n);
+		char name[32];
+		snprintf(name, sizeof(name), "%u threads", n);
+		struct bench_variant *v = bench_variant(c, name);
+		bench_num(v, "threads", n);
+		bench_num(v, "rounds", (double)rounds);
+		bench_num(v, "seconds_per_round", secs);
+		bench_num(v, "ops_per_s", res[i].lib);
+		bench_num(v, "ops_per_s_per_thread", res[i].lib / n);
+		bench_num(v, "mb_per_s", res[i].lib * (double)o->bs / 1e6);
+		bench_num(v, "memcpy_ops_per_s", res[i].plain);
+		bench_num(v, "ops_per_cpu_s", res[i].lib_cpu);
+		bench_num(v, "memcpy_ops_per_cpu_s", res[i].plain_cpu);
+		bench_num(v, "cpu_loop_per_s", res[i].cpu);
+	}
+	free(lib);
+	return err;
+}
+
+/* One row per thread count of ops/s `v`, each compared with the first;
+ * the last one carries `last_flags`. */
+static void series_rows(struct bench_ctx *c, const struct bench_list *list,
+			const char *base, const char *suffix, const double *v,
+			unsigned last_flags)
+{
+	for (unsigned i = 0; i < list->n; i++) {
+		char fig[64];
+		snprintf(fig, sizeof(fig), "%llu thread%s%s",
+			 (unsigned long long)list->v[i],
+			 list->v[i] == 1 ? "" : "s", suffix);
+		bench_row(c, &(struct bench_row){
+				     .figure = fig, .value = v[i],
+				     .unit = "ops/s", .cmp = i ? base : NULL,
+				     .ratio = i ? v[i] / v[0] : 0,
+				     .flags = i + 1 == list->n ? last_flags
+							       : 0});
+	}
+}
+
+/* Per thread count past the first: the library's speedup over the first
+ * count divided by memcpy's; the last row carries `last_flags`. */
+static void scaling_rows(struct bench_ctx *c, const struct bench_list *list,
+			 const char *what, const double *lib,
+			 const double *plain, unsigned last_flags)
+{
+	for (unsigned i = 1; i < list->n; i++) {
+		char fig[64];
+		snprintf(fig, sizeof(fig), "%llu threads: %s",
+			 (unsigned long long)list->v[i], what);
+		double lib_x = lib[i] / lib[0], mem_x = plain[i] / plain[0];
+		bench_row(c, &(struct bench_row){
+				     .figure = fig, .value = lib_x / mem_x,
+				     .unit = "x", .cmp = "memcpy",
+				     .flags = i + 1 == list->n ? last_flags
+							       : 0});
+	}
 }
 
 static int run(struct bench_ctx *c)
@@ -182,6 +301,11 @@ static int run(struct bench_ctx *c)
 					"most 1024 threads\n");
 			return 2;
 		}
+	if (!rounds || rounds > 1000) {
+		fprintf(stderr, "folio-bench overwrite-threads: --rounds must "
+				"be 1..1000\n");
+		return 2;
+	}
 	if (o->bs > o->folio_size || o->bs % o->block_size) {
 		fprintf(stderr, "folio-bench overwrite-threads: --bs must be "
 				"a multiple of --block-size and at most "
@@ -219,9 +343,15 @@ static int run(struct bench_ctx *c)
 	err = folio_mapping_new(&m, &mo);
 	if (!err)
 		err = warm(m, o->size);
-	double r[BENCH_LIST_MAX] = {0}, cpu[BENCH_LIST_MAX] = {0};
-	for (unsigned i = 0; i < list.n && !err; i++)
-		err = measure(c, m, (unsigned)list.v[i], &r[i], &cpu[i]);
+	struct result res[BENCH_LIST_MAX] = {{0}};
+	unsigned char *plain = NULL;
+	if (!err && !(plain = malloc(o->size)))
+		err = -ENOMEM;
+	if (!err) {
+		memset(plain, 'w', o->size); /* fault it in, like warm() */
+		err = measure(c, m, plain, &list, res);
+	}
+	free(plain);
 	if (m) {
 		int s = folio_mapping_sync(m, NULL);
 		int f = folio_mapping_free(m);
@@ -236,39 +366,41 @@ static int run(struct bench_ctx *c)
 			strerror(-err));
 		return 1;
 	}
+	bench_param_num(c, "rounds", (double)rounds);
 	char base[32];
 	snprintf(base, sizeof(base), "%llu thread%s",
 		 (unsigned long long)list.v[0], list.v[0] == 1 ? "" : "s");
+	double lib[BENCH_LIST_MAX], plain_v[BENCH_LIST_MAX];
+	double lib_c[BENCH_LIST_MAX], plain_c[BENCH_LIST_MAX];
 	for (unsigned i = 0; i < list.n; i++) {
-		char fig[64];
-		snprintf(fig, sizeof(fig), "%llu thread%s",
-			 (unsigned long long)list.v[i],
-			 list.v[i] == 1 ? "" : "s");
-		bench_row(c, &(struct bench_row){
-				     .figure = fig, .value = r[i],
-				     .unit = "ops/s", .cmp = i ? base : NULL,
-				     .ratio = i ? r[i] / r[0] : 0,
-				     .flags = i + 1 == list.n
-						      ? BENCH_ROW_HEADLINE
-						      : 0});
+		lib[i] = res[i].lib;
+		plain_v[i] = res[i].plain;
+		lib_c[i] = res[i].lib_cpu;
+		plain_c[i] = res[i].plain_cpu;
 	}
+	series_rows(c, &list, base, "", lib, BENCH_ROW_HEADLINE);
+	series_rows(c, &list, base, ": memcpy", plain_v, 0);
+	scaling_rows(c, &list, "lib / memcpy scaling", lib, plain_v,
+		     BENCH_ROW_HEADLINE);
+	scaling_rows(c, &list, "same, per CPU second", lib_c, plain_c, 0);
 	for (unsigned i = 1; i < list.n; i++) {
 		char fig[64];
 		snprintf(fig, sizeof(fig), "%llu threads: CPU-only loop",
 			 (unsigned long long)list.v[i]);
 		bench_row(c, &(struct bench_row){
-				     .figure = fig, .value = cpu[i] / 1e6,
+				     .figure = fig, .value = res[i].cpu / 1e6,
 				     .unit = "M iter/s", .cmp = base,
-				     .ratio = cpu[0] > 0 ? cpu[i] / cpu[0]
-							 : 0,
-				     .flags = i + 1 == list.n
-						      ? BENCH_ROW_HEADLINE
+				     .ratio = res[0].cpu > 0
+						      ? res[i].cpu / res[0].cpu
 						      : 0});
 	}
-	bench_note(c, "ratio = speedup over %s; %ld CPUs online. The "
-		      "CPU-only loop (no shared memory) shows the scaling "
-		      "the machine itself allows",
-		   base, cpus);
+	bench_note(c, "ratio = speedup over %s; median of %llu interleaved "
+		      "rounds; memcpy = the same copies into a plain %s array; "
+		      "%ld CPUs online",
+		   base, (unsigned long long)rounds, s2, cpus);
+	bench_note(c, "per CPU second: ops per second of the threads' own "
+		      "CPU time (what shared lines cost shows there too; a "
+		      "busy machine's descheduling does not)");
 	return 0;
 }
 
@@ -285,8 +417,15 @@ static struct bench_cmd cmd = {
 	"splits the mapping into folio-aligned equal ranges, one per thread,\n"
 	"and lets each thread overwrite --bs pieces at random offsets of its\n"
 	"own range for --runtime seconds. Reports ops/s per thread count and\n"
-	"the speedup over the first count, next to the speedup of a loop that\n"
-	"shares nothing (what the machine allows: vCPUs may share a core).",
+	"the speedup over the first count. The same copies at the same random\n"
+	"offsets into a plain array of --size bytes (memcpy) run interleaved\n"
+	"with the library's, --rounds times each (medians; each run takes\n"
+	"--runtime / --rounds seconds), and \"lib / memcpy scaling\" divides\n"
+	"the library's speedup by memcpy's: 1.0 means the library scales as\n"
+	"well as the copies themselves; \"per CPU second\" is the same ratio\n"
+	"from ops per second of the threads' own CPU time, which a machine\n"
+	"busy with other work disturbs less. A loop that shares nothing shows what\n"
+	"the machine allows (vCPUs may share a core).",
 	.defaults = {.size = 64 * MIB, .bs = 4 * KIB, .jobs = 8, .runtime = 2,
 		     .folio_size = 64 * KIB, .block_size = 4 * KIB,
 		     .engine = BENCH_ENGINE_MEM},

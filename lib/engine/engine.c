@@ -28,6 +28,10 @@ int engine_create(struct folio_engine **out,
 	struct folio_engine *e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
+	if (pthread_mutex_init(&e->flush_lock, NULL)) {
+		free(e);
+		return -ENOMEM;
+	}
 	/* Copy only what the caller's struct has; newer fields stay NULL. */
 	memcpy(&e->ops, ops, MIN(ops->sz, sizeof(e->ops)));
 	e->ops.sz = sizeof(e->ops);
@@ -52,8 +56,19 @@ int folio_engine_free(struct folio_engine *e)
 		return -EBUSY;
 	if (e->ops.destroy)
 		e->ops.destroy(e->ctx);
+	pthread_mutex_destroy(&e->flush_lock);
 	free(e);
 	return 0;
+}
+
+int engine_flush(struct folio_engine *e)
+{
+	pthread_mutex_lock(&e->flush_lock);
+	int r = engine_result(e->ops.flush(e->ctx));
+	if (r)
+		atomic_fetch_add(&e->flush_failures, 1);
+	pthread_mutex_unlock(&e->flush_lock);
+	return r;
 }
 
 void *folio_engine_ctx(const struct folio_engine *e)

@@ -7,6 +7,7 @@
 #ifndef FOLIO_ENGINE_H
 #define FOLIO_ENGINE_H
 
+#include <pthread.h>
 #include <time.h>
 
 #include "base/base.h"
@@ -26,6 +27,12 @@ struct folio_engine {
 	/* Flushes that failed: the engine may have dropped any write it
 	 * held, whichever mapping's flush it was (see commit.c). */
 	_Atomic uint64_t flush_failures;
+	/* Held across a flush and the count of its failure. A flush that
+	 * fails may drop writes another mapping's flush then finds gone and
+	 * reports as flushed; that mapping trusts its success only if no
+	 * failure was counted meanwhile, so the failure must be counted
+	 * before any later flush can return. */
+	pthread_mutex_t flush_lock;
 };
 
 /* Allocate an engine of a built-in kind (the kind lets kind-specific calls
@@ -51,13 +58,8 @@ static inline int engine_submit(struct folio_engine *e, struct folio_io *io)
 	return engine_result(e->ops.submit(e->ctx, io));
 }
 
-static inline int engine_flush(struct folio_engine *e)
-{
-	int r = engine_result(e->ops.flush(e->ctx));
-	if (r)
-		atomic_fetch_add(&e->flush_failures, 1);
-	return r;
-}
+/* The engine's flush, one at a time per engine (see flush_lock). */
+int engine_flush(struct folio_engine *e);
 
 static inline int engine_truncate(struct folio_engine *e, uint64_t size)
 {

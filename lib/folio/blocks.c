@@ -454,8 +454,14 @@ void folio_drain(struct folio *f, size_t *dirty, size_t *unstable)
  * the write fast path, so one-block folios take the state lock here too:
  * the flag and the epoch must change together.
  */
+/* a before b, modulo 2^32 (the stamps keep the low 32 bits). */
+static inline bool stamp_before(uint32_t a, uint32_t b)
+{
+	return (int32_t)(a - b) < 0;
+}
+
 int folio_mark_unstable(struct folio *f, size_t off, size_t len,
-			uint64_t epoch, size_t *newly)
+			uint64_t epoch, uint64_t failures, size_t *newly)
 {
 	size_t unused;
 	if (!newly)
@@ -489,9 +495,14 @@ int folio_mark_unstable(struct folio *f, size_t off, size_t len,
 		ret = FOLIO_BECAME_UNSTABLE;
 		if (folio_single_block(f))
 			*newly = 1;
+		f->unstable_epoch = (uint32_t)epoch;
+		f->unstable_failures = (uint32_t)failures;
+	} else {
+		if (stamp_before(f->unstable_epoch, (uint32_t)epoch))
+			f->unstable_epoch = (uint32_t)epoch;
+		if (stamp_before((uint32_t)failures, f->unstable_failures))
+			f->unstable_failures = (uint32_t)failures;
 	}
-	if (epoch > f->unstable_epoch)
-		f->unstable_epoch = epoch;
 	spin_unlock(&f->state_lock);
 	return ret;
 }
@@ -510,23 +521,33 @@ static size_t unstable_clear_all(struct folio *f)
 	return (old & FOLIO_F_UNSTABLE) ? n : 0;
 }
 
-bool folio_stabilize(struct folio *f, uint64_t epoch, size_t *released)
+int folio_stabilize(struct folio *f, uint64_t epoch, uint64_t failures,
+		    size_t *released)
 {
 	size_t unused;
 	if (!released)
 		released = &unused;
 	*released = 0;
 	if (!folio_test_unstable(f))
-		return false;
+		return 0;
 	spin_lock(&f->state_lock);
-	/* A write that completed after the flush began may not be covered
-	 * by it: keep the whole folio for the next flush (one epoch per
-	 * folio keeps the header small; the cost is a later release). */
-	if (f->unstable_epoch <= epoch)
-		*released = unstable_clear_all(f);
-	bool left = load_flags(f) & FOLIO_F_UNSTABLE;
+	int ret;
+	if (stamp_before(f->unstable_failures, (uint32_t)failures)) {
+		/* In flight across a failed flush, which may have dropped
+		 * it; the flush that succeeded since proves nothing. */
+		ret = FOLIO_STABLE_LOST;
+	} else {
+		/* A write that completed after the flush began may not be
+		 * covered by it: keep the whole folio for the next flush
+		 * (one epoch per folio keeps the header small; the cost is
+		 * a later release). */
+		if (!stamp_before((uint32_t)epoch, f->unstable_epoch))
+			*released = unstable_clear_all(f);
+		ret = (load_flags(f) & FOLIO_F_UNSTABLE) ? FOLIO_STABLE_LEFT
+							 : 0;
+	}
 	spin_unlock(&f->state_lock);
-	return left;
+	return ret;
 }
 
 int folio_redirty_unstable(struct folio *f, size_t *unstable,

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "mapping/index.h"
 
 #define SLOT_NODE 1u
@@ -141,12 +142,48 @@ static bool child_untagged(struct index_node *child, unsigned tag)
 	return false;
 }
 
+/* Store a slot a lock-free lookup may read: whatever the new value
+ * points to was built before it, and the release makes that visible to
+ * the lookup's acquire load. */
+static inline void slot_publish(struct index_node *n, unsigned i, uintptr_t v)
+{
+	__atomic_store_n(&n->slots[i], v, __ATOMIC_RELEASE);
+}
+
+static inline uintptr_t slot_read(const struct index_node *n, unsigned i)
+{
+	return __atomic_load_n(&n->slots[i], __ATOMIC_ACQUIRE);
+}
+
+#define TOP_LEVEL_MASK ((uintptr_t)15)
+
+/* The root and its level change together for a lock-free lookup. */
+static void set_root(struct index_tree *idx, struct index_node *root,
+		     unsigned shift)
+{
+	idx->root = root;
+	idx->shift = shift;
+	__atomic_store_n(&idx->top,
+			 (uintptr_t)root | (uintptr_t)(shift / INDEX_NODE_SHIFT),
+			 __ATOMIC_RELEASE);
+}
+
 static struct index_node *node_alloc(const struct index_tree *idx)
 {
 	struct index_node *n = idx->alloc ? idx->alloc->alloc(idx->alloc->arg)
 					  : malloc(sizeof(*n));
 	if (!n)
 		return NULL;
+	/* The root's level shares its word (set_root()); malloc's
+	 * alignment is 16 on every LP64 ABI, an allocator that gives less
+	 * breaks its contract and is refused rather than trusted. */
+	if ((uintptr_t)n & TOP_LEVEL_MASK) {
+		if (idx->alloc)
+			idx->alloc->free(n, idx->alloc->arg);
+		else
+			free(n);
+		return NULL;
+	}
 	n->present = 0;
 	for (unsigned t = 0; t < INDEX_TAG_COUNT; t++)
 		atomic_init(&n->tags[t], 0);
@@ -155,9 +192,18 @@ static struct index_node *node_alloc(const struct index_tree *idx)
 	return n;
 }
 
+static void node_free_now(struct epoch_entry *e)
+{
+	free(container_of(e, struct index_node, retire));
+}
+
+/* A node being freed may have been unlinked just now: in a lockless
+ * index a lookup may still be inside it. */
 static void node_free(const struct index_tree *idx, struct index_node *n)
 {
-	if (idx->alloc)
+	if (idx->lockless)
+		epoch_retire(&n->retire, node_free_now);
+	else if (idx->alloc)
 		idx->alloc->free(n, idx->alloc->arg);
 	else
 		free(n);
@@ -166,11 +212,19 @@ static void node_free(const struct index_tree *idx, struct index_node *n)
 void index_init_alloc(struct index_tree *idx,
 		      const struct index_allocator *alloc)
 {
-	idx->root = NULL;
-	idx->shift = 0;
+	set_root(idx, NULL, 0);
 	idx->count = 0;
 	idx->nodes = 0;
 	idx->alloc = alloc;
+	idx->lockless = false;
+}
+
+int index_set_lockless(struct index_tree *idx)
+{
+	if (idx->alloc)
+		return -EINVAL;
+	idx->lockless = true;
+	return 0;
 }
 
 void index_init(struct index_tree *idx)
@@ -192,9 +246,11 @@ static void free_subtree(const struct index_tree *idx, struct index_node *n)
 
 void index_destroy(struct index_tree *idx)
 {
+	bool lockless = idx->lockless;
 	if (idx->root)
 		free_subtree(idx, idx->root);
 	index_init_alloc(idx, idx->alloc);
+	idx->lockless = lockless;
 }
 
 /*
@@ -256,9 +312,9 @@ static void fixup_up(struct index_tree *idx, const struct path *p)
 		bool changed = false;
 
 		if (!child->present) {
+			slot_publish(parent, p->slot[d - 1], 0);
 			node_free(idx, child);
 			idx->nodes--;
-			parent->slots[p->slot[d - 1]] = 0;
 			parent->present &= ~bit;
 			for (unsigned t = 0; t < INDEX_TAG_COUNT; t++)
 				tag_clear_bits(parent, t, bit);
@@ -277,10 +333,10 @@ static void fixup_up(struct index_tree *idx, const struct path *p)
 			break;
 	}
 	if (idx->root && !idx->root->present) {
-		node_free(idx, idx->root);
+		struct index_node *old = idx->root;
+		set_root(idx, NULL, 0);
+		node_free(idx, old);
 		idx->nodes--;
-		idx->root = NULL;
-		idx->shift = 0;
 	}
 	/* Keys are absolute, so only a root whose sole child sits at slot 0
 	 * can be dropped; lowering it keeps lookups as short as the largest
@@ -288,10 +344,10 @@ static void fixup_up(struct index_tree *idx, const struct path *p)
 	while (idx->root && idx->root->present == 1 &&
 	       slot_is_node(idx->root->slots[0])) {
 		struct index_node *old = idx->root;
-		idx->root = slot_node(old->slots[0]);
-		idx->shift -= INDEX_NODE_SHIFT;
+		struct index_node *low = slot_node(old->slots[0]);
 		/* Nothing above a root can lack a bit. */
-		atomic_fetch_or(&idx->root->up, UP_ALL);
+		atomic_fetch_or(&low->up, UP_ALL);
+		set_root(idx, low, idx->shift - INDEX_NODE_SHIFT);
 		node_free(idx, old);
 		idx->nodes--;
 	}
@@ -389,9 +445,9 @@ int index_insert(struct index_tree *idx, uint64_t first, unsigned order,
 	unsigned used = 0;
 
 	if (!idx->root) {
-		idx->root = fresh[used++];
-		atomic_store(&idx->root->up, UP_ALL);
-		idx->shift = top;
+		atomic_store(&fresh[used]->up, UP_ALL);
+		set_root(idx, fresh[used], top);
+		used++;
 	}
 	while (idx->shift < top) {
 		struct index_node *up = fresh[used++];
@@ -407,8 +463,7 @@ int index_insert(struct index_tree *idx, uint64_t first, unsigned order,
 				atomic_store_explicit(&up->tags[t], 1,
 						      memory_order_relaxed);
 		}
-		idx->root = up;
-		idx->shift += INDEX_NODE_SHIFT;
+		set_root(idx, up, idx->shift + INDEX_NODE_SHIFT);
 	}
 
 	struct index_node *n = idx->root;
@@ -416,39 +471,62 @@ int index_insert(struct index_tree *idx, uint64_t first, unsigned order,
 	while (shift > level) {
 		unsigned i = slot_of(first, shift);
 		if (!n->slots[i]) {
-			n->slots[i] = make_node(fresh[used++]);
+			slot_publish(n, i, make_node(fresh[used++]));
 			n->present |= UINT64_C(1) << i;
 		}
 		n = slot_node(n->slots[i]);
 		shift -= INDEX_NODE_SHIFT;
 	}
 	unsigned i = slot_of(first, shift);
-	n->slots[i] = (uintptr_t)entry;
+	/* The head before the back-references: a lookup that reads one
+	 * goes on to the head. */
+	slot_publish(n, i, (uintptr_t)entry);
 	for (unsigned k = 1; k < nslots; k++)
-		n->slots[i + k] = make_sib(i, log_n);
+		slot_publish(n, i + k, make_sib(i, log_n));
 	n->present |= bits(i, nslots);
 	idx->count++;
 	return 0;
 }
 
-void *index_lookup(const struct index_tree *idx, uint64_t key)
+void *index_lookup_slot(const struct index_tree *idx, uint64_t key,
+			const uintptr_t **slot)
 {
-	const struct index_node *n = idx->root;
-	unsigned shift = idx->shift;
+	/* Root and level from one word: a lookup racing a growth or a
+	 * lowering of the root walks one consistent tree, the old or the
+	 * new, and an old node stays valid until its grace period ends. */
+	uintptr_t top = __atomic_load_n(&idx->top, __ATOMIC_ACQUIRE);
+	const struct index_node *n =
+		(const struct index_node *)(top & ~TOP_LEVEL_MASK);
+	unsigned shift = (unsigned)(top & TOP_LEVEL_MASK) * INDEX_NODE_SHIFT;
 
 	if (!n || beyond_node(key, shift))
 		return NULL;
 	for (;;) {
-		uintptr_t v = n->slots[slot_of(key, shift)];
+		unsigned i = slot_of(key, shift);
+		uintptr_t v = slot_read(n, i);
 		if (slot_is_node(v)) {
 			n = slot_node(v);
 			shift -= INDEX_NODE_SHIFT;
 			continue;
 		}
-		if (slot_is_sib(v))
-			v = n->slots[sib_head(v)];
+		if (slot_is_sib(v)) {
+			i = sib_head(v);
+			v = slot_read(n, i);
+			/* The entry went away after its back-reference was
+			 * read, or a new one is half built: a head slot
+			 * holds an entry or nothing. */
+			if (v & SLOT_KIND)
+				return NULL;
+		}
+		*slot = &n->slots[i];
 		return (void *)v;
 	}
+}
+
+void *index_lookup(const struct index_tree *idx, uint64_t key)
+{
+	const uintptr_t *slot;
+	return index_lookup_slot(idx, key, &slot);
 }
 
 void *index_remove(struct index_tree *idx, uint64_t first, unsigned order)
@@ -466,7 +544,7 @@ void *index_remove(struct index_tree *idx, uint64_t first, unsigned order)
 	uint64_t mask = bits((unsigned)i, nslots);
 
 	for (unsigned k = 0; k < nslots; k++)
-		n->slots[(unsigned)i + k] = 0;
+		slot_publish(n, (unsigned)i + k, 0);
 	n->present &= ~mask;
 	for (unsigned t = 0; t < INDEX_TAG_COUNT; t++)
 		tag_clear_bits(n, t, mask);

@@ -38,11 +38,14 @@
  *    index_tag_clear, index_tag_prune, index_init, index_init_alloc,
  *    index_destroy;
  *  - no lock at all: index_tag_set_fast and index_tag_drop, given a node
- *    an entry is known to stay in (see index_tag_set_fast()).
- * Slot pointers are plain memory (only exclusive writers change them); tag
- * words are atomics because index_tag_set and the lock-free calls change
- * them beside other threads, so even exclusive writers change them with
- * RMWs. See index_tag_set() for the memory ordering.
+ *    an entry is known to stay in (see index_tag_set_fast()), and
+ *    index_lookup of a lockless index (index_set_lockless()).
+ * Slot pointers change only under the exclusive side, with release stores
+ * that index_lookup() reads with acquire loads, so that a lockless index
+ * can serve lookups with no lock at all; tag words are atomics because
+ * index_tag_set and the lock-free calls change them beside other threads,
+ * so even exclusive writers change them with RMWs. See index_tag_set() for
+ * the memory ordering.
  *
  * Stale tag bits. index_tag_drop() clears an entry's own bits only, so a
  * node's bit may stay set above a subtree that no longer holds a tagged
@@ -60,6 +63,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/epoch.h"
+
 #define INDEX_TAG_DIRTY 0u
 #define INDEX_TAG_WRITEBACK 1u
 #define INDEX_TAG_UNSTABLE 2u
@@ -74,8 +79,19 @@
 #define INDEX_MAX_LEVELS 11u
 
 struct index_node {
-	uint64_t present; /* bit i: slot i is not empty */
-	_Atomic uint64_t tags[INDEX_TAG_COUNT];
+	union {
+		struct {
+			uint64_t present; /* bit i: slot i is not empty */
+			_Atomic uint64_t tags[INDEX_TAG_COUNT];
+		};
+		/* An unlinked node of a lock-free index waits here for
+		 * its grace period: lock-free lookups read only slots,
+		 * and the lock-free tag calls never reach an unlinked
+		 * node (only a node holding no entry is ever unlinked,
+		 * and they write only into the node of an entry that
+		 * stays: see index_tag_set_fast()). */
+		struct epoch_entry retire;
+	};
 	/* Bit t: this node's bit of tag t is set in its parent (always all
 	 * set at the root), hence in every ancestor: a tag set on an entry
 	 * of this node needs no walk from the root (index_tag_set_fast()).
@@ -115,6 +131,13 @@ struct index_allocator {
 struct index_tree {
 	struct index_node *root; /* NULL when empty */
 	unsigned shift;          /* level of the root node */
+	/* root | shift / 6, published with a release store whenever either
+	 * changes: the one word a lock-free lookup starts from (nodes are
+	 * 16-byte aligned, so the level fits below the pointer). */
+	uintptr_t top;
+	/* Lookups run lock-free (index_set_lockless()): unlinked nodes are
+	 * freed after a grace period. */
+	bool lockless;
 	size_t count;            /* entries */
 	size_t nodes;            /* nodes allocated */
 	const struct index_allocator *alloc; /* NULL: malloc and free */
@@ -145,8 +168,38 @@ void index_destroy(struct index_tree *idx);
 int index_insert(struct index_tree *idx, uint64_t first, unsigned order,
 		 void *entry);
 
-/* The entry covering `key`, or NULL. Reader. */
+/* The entry covering `key`, or NULL. Reader; in a lockless index also
+ * safe with no lock at all inside an epoch section (epoch.h), against
+ * any writer: it then returns NULL or an entry that was in the index at
+ * some instant during the call, which the caller checks covers `key`
+ * (racing a remove and an insert of a smaller entry in the same node,
+ * a lookup may reach the newer entry through the older one's slots). */
 void *index_lookup(const struct index_tree *idx, uint64_t key);
+
+/* index_lookup() that also returns (when it returns an entry) the slot
+ * it found it in, for index_slot_holds(): whether that slot still holds
+ * the entry, i.e. whether the entry is still in the index, at the cost
+ * of one load instead of a second walk (a lock-free lookup's recheck
+ * after taking its reference). */
+void *index_lookup_slot(const struct index_tree *idx, uint64_t key,
+			const uintptr_t **slot);
+
+static inline bool index_slot_holds(const uintptr_t *slot, const void *entry)
+{
+	/* Only an empty node leaves the tree, and a lowered root holds no
+	 * entry: a slot that still holds the entry is still in the index. */
+	return __atomic_load_n(slot, __ATOMIC_ACQUIRE) == (uintptr_t)entry;
+}
+
+/*
+ * Let lookups run without the lock: from now on every store a
+ * index_lookup() may see is a release store of a fully built node or
+ * entry, and unlinked nodes are freed only after a grace period
+ * (epoch_retire()). Only for an index whose nodes come from malloc (a
+ * retired node cannot keep its allocator alive): -EINVAL otherwise, 0.
+ * Exclusive, before the index is shared.
+ */
+int index_set_lockless(struct index_tree *idx);
 
 /*
  * Remove the entry stored at exactly [first, first + 2^order) and return
@@ -227,6 +280,11 @@ unsigned index_find_tagged_batch(const struct index_tree *idx, uint64_t *key,
  * guarantees that the entry stays in the index meanwhile (it cannot be
  * removed, so its node cannot be freed), which the mapping has from the
  * folio lock or the folio's writeback. Entries never move between nodes.
+ * In a lockless index that also keeps the node linked, so these calls
+ * never write into a node whose presence and tag words have become its
+ * retire link (struct index_node): a node is unlinked only when it holds
+ * no entry (an emptied node, or a root lowered onto its one child, whose
+ * only slot is a node), and growth and lowering move no entry.
  *
  * index_tag_set_fast() returns true when done; false when the node's
  * ancestors may lack the tag, and then the caller must call

@@ -13,7 +13,8 @@
  *            beyond what a reader or writer could observe mid-call)
  *   folio LOCKED bits, in ascending position order
  *   index_lock (rwlock around the radix tree; tags are set under the
- *               shared side with atomics, cleared under the exclusive side)
+ *               shared side with atomics, cleared under the exclusive side;
+ *               lookups of one folio take neither side, see below)
  *   folio state spinlock
  * commit.lock guards only the bookkeeping of flushes and pending resizes;
  * nothing else is taken while it is held.
@@ -27,7 +28,19 @@
  * pointer that io_lock shared used to keep valid is now kept valid by a
  * reference, and whoever locks a folio found in the index checks that it
  * is still there (FOLIO_REMOVED is set under both locks) before using it:
- * mapping_find_or_create_locked() does both. A cache's locks come after
+ * mapping_find_or_create_locked() does both.
+ *
+ * Lookups of the folio at one position take no lock (mapping_lookup(),
+ * mapping_trylock_cached()): inside an epoch section (base/epoch.h) they
+ * walk the index, which publishes nodes and entries with release stores
+ * and frees nodes after a grace period, and take a reference with
+ * folio_try_get() (or the folio lock) followed by a check that the folio
+ * is still there. A folio's header outlives its last reference by a grace
+ * period (its data does not). The pool's reclaim freezes the count
+ * (folio_ref_freeze()) under index_lock exclusive, so "nobody but the
+ * index and me" cannot turn false between its check and the removal.
+ * Iterations, tag changes and removals still use index_lock. A cache's
+ * locks come after
  * every lock above (they are leaves), and nobody waits for cache memory
  * or dirty throttling while holding io_lock or a folio lock.
  */
@@ -215,9 +228,14 @@ struct folio_mapping {
 	atomic_uint ra_inflight;
 	uint64_t ra_max; /* largest window, bytes */
 	struct mapping_ra ra;
-	/* Short writes whose rest was put back dirty: sync repeats its pass
-	 * while this moves, so a short completion never ends a sync. */
-	_Atomic uint64_t short_writes;
+	/* Completed writes whose bytes were put back dirty without an error
+	 * of their own: the rest of a short write, and a write a failed
+	 * flush may have dropped while it was in flight. A sync repeats its
+	 * pass while this moves: such a block may go dirty while the sync
+	 * waits for it, after its pass went by, and no error in the
+	 * sequence tells the sync (the failed flush recorded its own
+	 * before), so it would report success for a block it never wrote. */
+	_Atomic uint64_t rewrites;
 
 	/* Bytes the callers wrote and read, counted on every call: striped
 	 * per thread like io_lock, so threads on disjoint folios do not
@@ -269,8 +287,14 @@ static inline uint64_t mapping_read_end(struct folio_mapping *m)
 /* Raise EOF to at least `end` (concurrent writers race benignly). */
 void mapping_grow_eof(struct folio_mapping *m, uint64_t end);
 
-/* The cached folio holding pos, referenced, or NULL. */
+/* The cached folio holding pos, referenced, or NULL. Lock-free in the
+ * common case (see mapping.c). */
 struct folio *mapping_lookup(struct folio_mapping *m, uint64_t pos);
+
+/* Test hook: called inside the lock-free lookups' epoch section between
+ * finding a folio and taking its reference, so a test can hold the
+ * section open while removers and reclaimers run. NULL: none. */
+extern void (*_Atomic mapping_test_lookup_delay)(void);
 
 /* Bytes a call has charged to m's cache ahead of the folios it is about
  * to create (mapping_cache_reserve()), and the size of the folio it could not
@@ -282,12 +306,16 @@ struct mapping_cache_credit {
 
 /*
  * The cached folio holding pos, locked without waiting, or NULL when it
- * is not cached or someone else holds its lock: the read fast path,
- * which then takes the ordinary one. Counts a cache hit like
- * mapping_find_or_create_locked() and never creates, charges, or
- * changes the thread's hint. Caller holds io_lock shared.
+ * is not cached or someone else holds its lock: the read and write fast
+ * paths, which then take the ordinary one. Counts a cache hit like
+ * mapping_find_or_create_locked() and never creates or charges. A folio
+ * found in the index becomes the thread's hint only with `sequential`
+ * (the caller's next access is likely in it too: a random one would pay
+ * for moving the hint and never use it) or on the first use of a folio
+ * read ahead. Caller holds io_lock shared.
  */
-struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos);
+struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos,
+				     bool sequential);
 
 /* The engine may have lost what f's unstable blocks hold (a failed
  * flush): make them dirty again, with tags and counts (commit.c). */
@@ -508,9 +536,11 @@ void mapping_commit_destroy(struct folio_mapping *m);
 void mapping_resize_unstable(struct folio_mapping *m, uint64_t size);
 
 /* A write of [off, off+len) of f, held by index node `node` (see
- * mapping_tag_set_at()), completed: the bytes are unstable. */
+ * mapping_tag_set_at()), completed: the bytes are unstable; `failures`
+ * is the engine's failed-flush count read at its submission. */
 void mapping_mark_unstable(struct folio_mapping *m, struct folio *f,
-			   struct index_node *node, size_t off, size_t len);
+			   struct index_node *node, size_t off, size_t len,
+			   uint64_t failures);
 
 /*
  * Make every write that completed before the call durable: run the

@@ -73,7 +73,7 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 		size_t ok = good > at ? MIN(good - at, s->len) : 0;
 		if (ok)
 			mapping_mark_unstable(m, s->folio, s->node, s->off,
-					      ok);
+					      ok, io->flush_failures);
 		if (ok < s->len && !drop)
 			redirty(m, s->folio, s->off + ok, s->len - ok);
 		at += s->len;
@@ -84,16 +84,18 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 	 * (marking first and looking after closes the gap: the failed
 	 * flush counts before it settles). */
 	if (good && !drop &&
-	    atomic_load(&m->engine->flush_failures) != io->flush_failures)
+	    atomic_load(&m->engine->flush_failures) != io->flush_failures) {
 		for (unsigned i = 0; i < io->nsegs; i++)
 			mapping_unstable_lost(m, io->segs[i].folio);
+		atomic_fetch_add(&m->rewrites, 1);
+	}
 	if (good)
 		backing_size_grow(m, io->base.io.pos + good);
 	if (err) {
 		errseq_record(m, err);
 	} else if (good < len) {
 		stat_add(&m->stats.retries, 1);
-		atomic_fetch_add(&m->short_writes, 1);
+		atomic_fetch_add(&m->rewrites, 1);
 	}
 	mapping_cache_account(m, 0, -(int64_t)len, 0);
 	for (unsigned i = 0; i < io->nsegs; i++)
@@ -404,7 +406,8 @@ int64_t mapping_writeback_chunk(struct folio_mapping *m, uint64_t *cursor,
 	return n;
 }
 
-/* Passes a sync makes while short writes keep putting bytes back. */
+/* Passes a sync makes while completions keep putting bytes back
+ * (m->rewrites). */
 #define SYNC_MAX_PASSES 16
 
 int folio_mapping_sync(struct folio_mapping *m, folio_errseq_t *cursor)
@@ -417,12 +420,13 @@ int folio_mapping_sync(struct folio_mapping *m, folio_errseq_t *cursor)
 	p.wait_busy = true;
 
 	for (int pass = 0;; pass++) {
-		uint64_t shorts = atomic_load(&m->short_writes);
+		uint64_t rewrites = atomic_load(&m->rewrites);
 		writeback_pass(m, &p);
-		if (atomic_load(&m->short_writes) == shorts)
+		if (atomic_load(&m->rewrites) == rewrites)
 			break;
 		if (pass + 1 == SYNC_MAX_PASSES) {
-			/* The engine keeps writing short: the rest is still
+			/* The engine keeps writing short, or flushes keep
+			 * failing under writes in flight: the rest is still
 			 * dirty, and this sync must not claim success. */
 			errseq_record(m, -EIO);
 			break;
