@@ -718,9 +718,24 @@ void mapping_tag_clear_unless(struct folio_mapping *m, struct folio *f,
 {
 	pthread_rwlock_wrlock(&m->index_lock);
 	/* A folio that left the index has no tags to clear. */
-	if (still_indexed(f) && (!still || !still(f)))
-		index_tag_clear(&m->index, mapping_key(m, f->pos),
-				mapping_folio_order(m, f), tag);
+	if (still_indexed(f) && (!still || !still(f))) {
+		uint64_t key = mapping_key(m, f->pos);
+		unsigned order = mapping_folio_order(m, f);
+		index_tag_clear(&m->index, key, order, tag);
+		/*
+		 * A lock-free setter (mapping_tag_set_at(): a completion
+		 * marking the folio unstable) does not wait for this lock.
+		 * One that brought the state back after the look above and
+		 * set its bit before the clear lost that bit to it: look
+		 * again and put the tag back. Its state change came before
+		 * its bit's release RMW, which the clear's RMW read, and the
+		 * fence makes that read an acquire, so this look sees it;
+		 * a bit set after the clear stays set.
+		 */
+		atomic_thread_fence(memory_order_acquire);
+		if (still && still(f))
+			index_tag_set(&m->index, key, order, tag);
+	}
 	pthread_rwlock_unlock(&m->index_lock);
 }
 

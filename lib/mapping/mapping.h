@@ -520,8 +520,9 @@ void mapping_tag_dirty(struct folio_mapping *m, struct folio *f);
 
 /* Set or clear one index tag of a folio. Clearing re-checks the folio's
  * state under the exclusive index lock (`still` says whether the state
- * the tag stands for came back meanwhile), so a racing setter's tag is
- * never lost. */
+ * the tag stands for came back meanwhile), before the clear and again
+ * after it, since a lock-free setter (mapping_tag_set_at()) may set its
+ * bit between the two: a racing setter's tag is never lost. */
 void mapping_tag_set(struct folio_mapping *m, struct folio *f, unsigned tag);
 void mapping_tag_clear_unless(struct folio_mapping *m, struct folio *f,
 			      unsigned tag, bool (*still)(const struct folio *));
