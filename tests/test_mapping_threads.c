@@ -583,6 +583,81 @@ static void test_lookup_races(void **state)
 	assert_int_equal(folio_engine_free(e), 0);
 }
 
+/*
+ * "A lock-free tag set lost to an exclusive clear-unless": a write's
+ * completion marks its folio unstable and sets the UNSTABLE tag through
+ * the folio's node with no index lock (mapping_mark_unstable() ->
+ * mapping_tag_set_at()), while a flush's settle clears the tag under the
+ * exclusive lock unless the folio is unstable again
+ * (mapping_tag_clear_unless()). A completion that made the folio
+ * unstable after the clear's look and set its bit before the clear had
+ * its bit cleared: the folio stayed unstable with no tag, no flush ever
+ * found it again and folio_mapping_free() returned -EBUSY (seen as
+ * writeback_threads' test_stable_polled_engine failing at the free).
+ * The `still` callback is that completion here, run at the worst moment:
+ * inside the clear, after the look.
+ */
+static struct {
+	struct index_node *node;
+	uint64_t key;
+	unsigned order, calls;
+	bool back; /* the state the tag stands for came back */
+} race;
+
+static bool racing_still(const struct folio *f)
+{
+	(void)f;
+	if (race.calls++ == 0) {
+		/* The completion: state first, then the lock-free bit. */
+		race.back = true;
+		(void)index_tag_set_fast(race.node, race.key, race.order,
+					 INDEX_TAG_UNSTABLE);
+		return false; /* what the look saw */
+	}
+	return race.back;
+}
+
+static void test_tag_set_during_clear_unless(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	struct folio_mapping *m;
+	assert_int_equal(folio_engine_mem(&e, 1u << 20), 0);
+	struct folio_mapping_opts o = {.sz = sizeof(o),
+				       .block_size = 4096,
+				       .max_folio_size = 64 * 1024,
+				       .engine = e};
+	assert_int_equal(folio_mapping_new(&m, &o), 0);
+	unsigned char buf[4096];
+	memset(buf, 0x5a, sizeof(buf));
+	assert_int_equal(folio_mapping_write(m, buf, sizeof(buf), 0),
+			 (ssize_t)sizeof(buf));
+	struct folio_writeback_opts wo = {.sz = sizeof(wo),
+					  .flags = FOLIO_WB_WAIT};
+	assert_true(folio_mapping_writeback(m, &wo) > 0);
+
+	uint64_t key = 0;
+	struct index_hit hit;
+	assert_int_equal(mapping_next_tagged_batch(m, &key, UINT64_MAX,
+						   INDEX_TAG_UNSTABLE, &hit, 1),
+			 1);
+	struct folio *f = hit.entry;
+	race.node = hit.node;
+	race.key = hit.first;
+	race.order = hit.order;
+	mapping_tag_clear_unless(m, f, INDEX_TAG_UNSTABLE, racing_still);
+	pthread_rwlock_rdlock(&m->index_lock);
+	bool tagged = index_tag_get(&m->index, hit.first, INDEX_TAG_UNSTABLE);
+	pthread_rwlock_unlock(&m->index_lock);
+	assert_true(tagged);
+	folio_put(f);
+
+	/* The folio is unstable and findable: a flush settles it. */
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(folio_mapping_free(m), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -590,6 +665,7 @@ int main(void)
 		cmocka_unit_test(test_overlapping),
 		cmocka_unit_test(test_whole_folio_reads),
 		cmocka_unit_test(test_lookup_races),
+		cmocka_unit_test(test_tag_set_during_clear_unless),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

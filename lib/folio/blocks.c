@@ -326,6 +326,44 @@ ssize_t folio_next_missing(struct folio *f, size_t *off)
 	return next_run(f, off, false);
 }
 
+/*
+ * folio_take_dirty_from() for a folio whose dirty bits [n, 2n) all lie in
+ * its first state word (up to 32 blocks: a 64 KiB folio of 4 KiB blocks),
+ * from bit b on: whole runs found with ctz instead of a bit scan each,
+ * cleared with one store. Caller holds the state lock.
+ */
+static size_t take_dirty_word(struct folio *f, size_t n, size_t b,
+			      struct folio_range *runs, size_t max_runs)
+{
+	uint64_t w = f->state[0];
+	/* Bits [b, 2n) only: 2n <= 64, and b <= 2n (b == 64: none). */
+	uint64_t below = 2 * n == 64 ? ~UINT64_C(0)
+				     : (UINT64_C(1) << (2 * n)) - 1;
+	uint64_t from = b >= 64 ? 0 : ~((UINT64_C(1) << b) - 1);
+	uint64_t d = w & below & from;
+	uint64_t gone = 0;
+	size_t taken = 0;
+	while (d && taken < max_runs) {
+		unsigned s = (unsigned)__builtin_ctzll(d);
+		/* s >= n >= 1, so d >> s is never all ones. */
+		unsigned len = (unsigned)__builtin_ctzll(~(d >> s));
+		uint64_t run = ((UINT64_C(1) << len) - 1) << s;
+		gone |= run;
+		d &= ~run;
+		runs[taken].off = (s - n) << f->block_shift;
+		runs[taken].len = (size_t)len << f->block_shift;
+		taken++;
+	}
+	w &= ~gone;
+	f->state[0] = w;
+	uint64_t dirty_bits = (n == 32 ? ~UINT64_C(0) << 32
+				       : ((UINT64_C(1) << n) - 1) << n);
+	if (!(w & dirty_bits))
+		atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_DIRTY,
+					  memory_order_release);
+	return taken;
+}
+
 int folio_take_dirty_from(struct folio *f, size_t from,
 			  struct folio_range *runs, size_t max_runs)
 {
@@ -347,6 +385,11 @@ int folio_take_dirty_from(struct folio *f, size_t from,
 	size_t n = folio_nblocks(f), taken = 0;
 	size_t b = n + MIN(from >> f->block_shift, n);
 	spin_lock(&f->state_lock);
+	if (2 * n <= 64) {
+		taken = take_dirty_word(f, n, b, runs, max_runs);
+		spin_unlock(&f->state_lock);
+		return (int)taken;
+	}
 	while (taken < max_runs) {
 		size_t s = bitmap_next_set(f->state, b, 2 * n);
 		if (s == 2 * n)
@@ -431,8 +474,20 @@ int folio_mark_unstable(struct folio *f, size_t off, size_t len,
 	if (!folio_single_block(f)) {
 		size_t n = folio_nblocks(f), first, end;
 		blocks_outward(f, off, len, &first, &end);
-		*newly = bitmap_set_range_count(f->state, 2 * n + first,
-						2 * n + end);
+		if (3 * n <= 64) {
+			/* The whole state in one word (up to 21 blocks):
+			 * every completion of a small folio's write. */
+			uint64_t m = ((UINT64_C(1) << (end - first)) - 1)
+				     << (2 * n + first);
+			uint64_t was = f->state[0], fresh = m & ~was;
+			f->state[0] = was | m;
+			*newly = fresh == m ? end - first
+				 : fresh    ? (size_t)__builtin_popcountll(fresh)
+					    : 0;
+		} else {
+			*newly = bitmap_set_range_count(
+				f->state, 2 * n + first, 2 * n + end);
+		}
 	}
 	unsigned old = atomic_fetch_or_explicit(&f->flags, FOLIO_F_UNSTABLE,
 						memory_order_acq_rel);

@@ -223,6 +223,30 @@ static inline void folio_release(struct folio *f)
 	folio_clear_flag_wake(f, FOLIO_F_LOCKED | FOLIO_F_WRITE_BEGIN);
 }
 
+/* Inline twins of folio_test_dirty() and folio_test_writeback(), for the
+ * writeback pass's checks of every folio it visits. */
+static inline bool folio_any_dirty(const struct folio *f)
+{
+	return folio_flags(f) & FOLIO_F_DIRTY;
+}
+
+static inline bool folio_under_writeback(const struct folio *f)
+{
+	return folio_flags(f) & FOLIO_F_WRITEBACK;
+}
+
+/* Twins of folio_start_writeback() (false: already set) and
+ * folio_end_writeback() (the caller set it). */
+static inline bool folio_writeback_begin(struct folio *f)
+{
+	return folio_try_set_flag(f, FOLIO_F_WRITEBACK);
+}
+
+static inline void folio_writeback_end(struct folio *f)
+{
+	folio_clear_flag_wake(f, FOLIO_F_WRITEBACK);
+}
+
 static inline bool folio_test_unstable(const struct folio *f)
 {
 	return folio_flags(f) & FOLIO_F_UNSTABLE;

@@ -46,7 +46,8 @@ void mapping_commit_destroy(struct folio_mapping *m)
 }
 
 void mapping_mark_unstable(struct folio_mapping *m, struct folio *f,
-			   size_t off, size_t len, uint64_t failures)
+			   struct index_node *node, size_t off, size_t len,
+			   uint64_t failures)
 {
 	/* Linux policy: nothing is kept for a flush that might fail. */
 	if (m->flags & FOLIO_MAPPING_DROP_ON_ERROR)
@@ -56,7 +57,7 @@ void mapping_mark_unstable(struct folio_mapping *m, struct folio *f,
 	size_t newly;
 	if (folio_mark_unstable(f, off, len, epoch, failures, &newly) &
 	    FOLIO_BECAME_UNSTABLE)
-		mapping_tag_set(m, f, INDEX_TAG_UNSTABLE);
+		mapping_tag_set_at(m, f, node, INDEX_TAG_UNSTABLE);
 	mapping_cache_account(m, 0, 0, mapping_block_bytes(f, newly));
 }
 

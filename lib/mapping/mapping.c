@@ -633,7 +633,7 @@ void mapping_lock_folio(struct folio_mapping *m, struct folio *f)
 	/* Only readahead leaves a folio locked with nobody to complete its
 	 * read, and it counts itself in ra_inflight before it locks any:
 	 * a holder seen while that is 0 unlocks on its own. */
-	while (folio_trylock(f) != 1) {
+	while (!folio_lock_nowait(f)) {
 		if (m->engine->ops.wait && atomic_load(&m->ra_inflight)) {
 			struct lock_wait w = {f, false};
 			(void)engine_wait_until(m->engine, lock_taken,
@@ -677,6 +677,24 @@ struct folio *mapping_next_folio(struct folio_mapping *m, uint64_t *key,
 	return f;
 }
 
+unsigned mapping_next_tagged_batch(struct folio_mapping *m, uint64_t *key,
+				   uint64_t last, unsigned tag,
+				   struct index_hit *hits, unsigned max)
+{
+	if (*key > last || *key == UINT64_MAX)
+		return 0;
+	pthread_rwlock_rdlock(&m->index_lock);
+	unsigned n = index_find_tagged_batch(&m->index, key, last, (int)tag,
+					     hits, max);
+	for (unsigned i = 0; i < n; i++)
+		folio_get(hits[i].entry);
+	pthread_rwlock_unlock(&m->index_lock);
+	/* The last entry ended at the top of the key space. */
+	if (n && !*key)
+		*key = UINT64_MAX;
+	return n;
+}
+
 /* Caller holds index_lock. REMOVED changes under the exclusive side, so
  * a folio seen in the index here is the one at its key: a tag change
  * never reaches a newer folio that took a removed one's place (completions
@@ -700,9 +718,32 @@ void mapping_tag_clear_unless(struct folio_mapping *m, struct folio *f,
 {
 	pthread_rwlock_wrlock(&m->index_lock);
 	/* A folio that left the index has no tags to clear. */
-	if (still_indexed(f) && (!still || !still(f)))
-		index_tag_clear(&m->index, mapping_key(m, f->pos),
-				mapping_folio_order(m, f), tag);
+	if (still_indexed(f) && (!still || !still(f))) {
+		uint64_t key = mapping_key(m, f->pos);
+		unsigned order = mapping_folio_order(m, f);
+		index_tag_clear(&m->index, key, order, tag);
+		/*
+		 * A lock-free setter (mapping_tag_set_at(): a completion
+		 * marking the folio unstable) does not wait for this lock.
+		 * One that brought the state back after the look above and
+		 * set its bit before the clear lost that bit to it: look
+		 * again and put the tag back. Its state change came before
+		 * its bit's release RMW, which the clear's RMW read, and the
+		 * fence makes that read an acquire, so this look sees it;
+		 * a bit set after the clear stays set.
+		 */
+		atomic_thread_fence(memory_order_acquire);
+		if (still && still(f))
+			index_tag_set(&m->index, key, order, tag);
+	}
+	pthread_rwlock_unlock(&m->index_lock);
+}
+
+void mapping_tags_prune(struct folio_mapping *m, uint64_t first,
+			uint64_t last, unsigned mask)
+{
+	pthread_rwlock_wrlock(&m->index_lock);
+	index_tag_prune(&m->index, first, last, mask);
 	pthread_rwlock_unlock(&m->index_lock);
 }
 
@@ -797,8 +838,16 @@ size_t mapping_reclaim_folio(struct folio_mapping *m, struct folio *f)
 bool mapping_any_tagged(struct folio_mapping *m, unsigned tag)
 {
 	pthread_rwlock_rdlock(&m->index_lock);
-	bool any = index_any_tagged(&m->index, tag);
+	bool root = index_any_tagged(&m->index, tag);
+	uint64_t key = 0;
+	/* The root's bit may be stale: only an entry found says yes. */
+	bool any = root && index_find_tagged(&m->index, &key, UINT64_MAX, tag,
+					     NULL);
 	pthread_rwlock_unlock(&m->index_lock);
+	/* Nothing tagged below a set root bit: clear the stale bits once,
+	 * so that the next calls answer from the root again. */
+	if (root && !any)
+		mapping_tags_prune(m, 0, UINT64_MAX, 1u << tag);
 	return any;
 }
 

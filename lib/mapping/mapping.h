@@ -442,7 +442,8 @@ static inline void mapping_cache_progress(struct folio_mapping *m)
 size_t mapping_reclaim_folio(struct folio_mapping *m, struct folio *f);
 
 /* Does any folio of m carry `tag` (INDEX_TAG_*)? A hint: it may be
- * stale by the time the caller acts on it. */
+ * stale by the time the caller acts on it. Stale index bits do not make it
+ * true (it confirms with a find, and prunes them when nothing is found). */
 bool mapping_any_tagged(struct folio_mapping *m, unsigned tag);
 /* Bytes of index nodes m uses (metadata statistics). */
 size_t mapping_index_bytes(struct folio_mapping *m);
@@ -466,14 +467,62 @@ int64_t mapping_writeback_chunk(struct folio_mapping *m, uint64_t *cursor,
 struct folio *mapping_next_folio(struct folio_mapping *m, uint64_t *key,
 				 uint64_t last, int tag);
 
+/*
+ * mapping_next_folio() for up to `max` folios carrying `tag`, each
+ * referenced, with the index node holding it (for the *_at calls below).
+ * Returns how many; 0 at the end of [*key, last].
+ */
+unsigned mapping_next_tagged_batch(struct folio_mapping *m, uint64_t *key,
+				   uint64_t last, unsigned tag,
+				   struct index_hit *hits, unsigned max);
+
+/*
+ * Tag changes of a folio through the index node holding it, with no index
+ * lock in the common case: the caller guarantees the folio stays in the
+ * index meanwhile (it holds the folio lock and saw it not REMOVED, or the
+ * folio is under writeback, which truncate, invalidate and reclaim wait
+ * for). Setting falls back to mapping_tag_set() when the node's ancestors
+ * may lack the tag. Dropping clears the folio's own bit and re-sets it if
+ * `still` says the state came back; bits above may stay set until
+ * mapping_tags_prune() (finds skip them at a small cost).
+ */
+void mapping_tag_set(struct folio_mapping *m, struct folio *f, unsigned tag);
+static inline void mapping_tag_set_at(struct folio_mapping *m,
+				      struct folio *f, struct index_node *node,
+				      unsigned tag)
+{
+	if (!index_tag_set_fast(node, mapping_key(m, f->pos),
+				mapping_folio_order(m, f), tag))
+		mapping_tag_set(m, f, tag);
+}
+
+static inline void mapping_tag_drop_at(struct folio_mapping *m,
+				       struct folio *f,
+				       struct index_node *node, unsigned tag,
+				       bool (*still)(const struct folio *))
+{
+	index_tag_drop(node, mapping_key(m, f->pos), mapping_folio_order(m, f),
+		       tag);
+	/* After the drop: a setter that made the state come back before
+	 * it is seen here, one that made it come back after sets the tag
+	 * after the drop (index_tag_drop()). */
+	if (still && still(f))
+		mapping_tag_set_at(m, f, node, tag);
+}
+/* Clear stale tag bits (tags in mask) over keys [first, last]: one
+ * exclusive index_lock acquisition for what drops left behind. */
+void mapping_tags_prune(struct folio_mapping *m, uint64_t first,
+			uint64_t last, unsigned mask);
+
 /* Tag the folio dirty in the index, after a state change returned
  * FOLIO_BECAME_DIRTY. */
 void mapping_tag_dirty(struct folio_mapping *m, struct folio *f);
 
 /* Set or clear one index tag of a folio. Clearing re-checks the folio's
  * state under the exclusive index lock (`still` says whether the state
- * the tag stands for came back meanwhile), so a racing setter's tag is
- * never lost. */
+ * the tag stands for came back meanwhile), before the clear and again
+ * after it, since a lock-free setter (mapping_tag_set_at()) may set its
+ * bit between the two: a racing setter's tag is never lost. */
 void mapping_tag_set(struct folio_mapping *m, struct folio *f, unsigned tag);
 void mapping_tag_clear_unless(struct folio_mapping *m, struct folio *f,
 			      unsigned tag, bool (*still)(const struct folio *));
@@ -487,10 +536,12 @@ void mapping_commit_destroy(struct folio_mapping *m);
  * a flush covers it. Caller holds io_lock exclusively. */
 void mapping_resize_unstable(struct folio_mapping *m, uint64_t size);
 
-/* A write of [off, off+len) of f completed: the bytes are unstable;
- * `failures` is the engine's failed-flush count read at its submission. */
+/* A write of [off, off+len) of f, held by index node `node` (see
+ * mapping_tag_set_at()), completed: the bytes are unstable; `failures`
+ * is the engine's failed-flush count read at its submission. */
 void mapping_mark_unstable(struct folio_mapping *m, struct folio *f,
-			   size_t off, size_t len, uint64_t failures);
+			   struct index_node *node, size_t off, size_t len,
+			   uint64_t failures);
 
 /*
  * Make every write that completed before the call durable: run the
@@ -573,6 +624,7 @@ void mapping_readahead_forget(struct folio_mapping *m, struct folio *f);
 
 struct rq_seg {
 	struct folio *folio;
+	struct index_node *node; /* holding the folio (writeback) */
 	size_t off;
 	size_t len;
 };
@@ -610,6 +662,9 @@ struct rq_builder {
 	void (*end_io)(struct engine_io *rq, ssize_t result);
 	struct io_group *group;
 	struct map_cache map;
+	/* The index node of the folio being added (writeback: its
+	 * completion changes tags through it), else NULL. */
+	struct index_node *node;
 	struct mapping_io *cur;
 	/* Submitted requests, when the caller keeps them (reads): it walks
 	 * and frees them after the group completes. */

@@ -146,7 +146,7 @@ static int finish_reads(struct folio_mapping *m, struct rq_builder *b,
 static int prepare_write(struct folio_mapping *m, struct folio *f, size_t off,
 			 size_t len, bool mark)
 {
-	if (folio_test_uptodate(f))
+	if (folio_all_uptodate(f))
 		return 0;
 	size_t bs = (size_t)1 << f->block_shift, mask = bs - 1;
 	/* Whole-folio tracking writes the whole folio back, so all of it
@@ -248,7 +248,7 @@ static void commit_write(struct folio_mapping *m, struct folio *f, size_t off,
 		 * the object's: blocks wholly past it stay clean (zeros no
 		 * pass may write, which would otherwise stay dirty for
 		 * good once a discard split them off). */
-		size_t size = folio_size(f), mask = folio_block_size(f) - 1;
+		size_t size = folio_bytes(f), mask = folio_block_size(f) - 1;
 		uint64_t eof = MAX(mapping_eof(m), f->pos + off + len);
 		size_t dirty_end = (size_t)MIN((uint64_t)size,
 					       ((eof - f->pos) + mask) & ~mask);
@@ -389,14 +389,14 @@ ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
 		}
 		wait_stable(m, f);
 		size_t off = (size_t)(p - f->pos);
-		size_t n = MIN(len - done, folio_size(f) - off);
+		size_t n = MIN(len - done, folio_bytes(f) - off);
 		err = prepare_write(m, f, off, n, false);
 		if (!err) {
 			memcpy(f->data + off, src + done, n);
 			commit_write(m, f, off, n);
 			done += n;
 		}
-		folio_unlock(f);
+		folio_release(f);
 		if (err)
 			break;
 		if (done < len)
