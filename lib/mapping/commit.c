@@ -88,10 +88,9 @@ static void settle_unstable(struct folio_mapping *m, uint64_t epoch,
 				       (int)INDEX_TAG_UNSTABLE))) {
 		/* Counted as each folio settles: a folio truncated away
 		 * meanwhile was drained, so it changes no count here. */
-		int r = failed ? FOLIO_STABLE_LOST : 0;
 		size_t unstable = 0;
-		if (!failed)
-			r = folio_stabilize(f, epoch, failures, &unstable);
+		int r = failed ? FOLIO_STABLE_LOST
+			       : folio_stabilize(f, epoch, failures, &unstable);
 		if (r == FOLIO_STABLE_LOST) {
 			mapping_unstable_lost(m, f);
 		} else {

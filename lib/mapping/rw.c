@@ -324,9 +324,48 @@ static _Thread_local struct {
 	uint64_t mapping_id, end;
 } last_write TLS_FAST;
 
-static inline size_t copy_cached(struct folio_mapping *m, unsigned char *buf,
-				 size_t len, uint64_t pos, bool write,
-				 bool sequential);
+/*
+ * The fast paths of read and write: copy [pos, pos+len) out of (or, with
+ * `write`, into) cached folios that are uptodate over the part wanted, in
+ * order, each under a tried folio lock (atomic per folio against writes,
+ * safe against reclaim and truncate), until a folio is missing, busy or
+ * not uptodate there: no request, no io_group, no engine. Returns the
+ * bytes copied; the caller does the rest the ordinary way, which waits
+ * for busy folios. `sequential`: see mapping_trylock_cached(). Caller
+ * holds io_lock shared; a read has clamped len to EOF. Inlined into
+ * each caller so that `write` costs no branch.
+ */
+static inline __attribute__((always_inline)) size_t
+copy_cached(struct folio_mapping *m, unsigned char *buf, size_t len,
+	    uint64_t pos, bool write, bool sequential)
+{
+	size_t done = 0;
+	while (done < len) {
+		uint64_t p = pos + done;
+		struct folio *f = mapping_trylock_cached(m, p, sequential);
+		if (!f)
+			break;
+		size_t off = (size_t)(p - f->pos);
+		size_t n = MIN(len - done, folio_bytes(f) - off);
+		bool ok = folio_all_uptodate(f) ||
+			  folio_is_uptodate(f, off, n) == 1;
+		if (ok && write) {
+			memcpy(f->data + off, buf + done, n);
+			commit_write(m, f, off, n);
+		} else if (ok) {
+			memcpy(buf + done, f->data + off, n);
+			/* Readahead (readahead.c): see folio_mapping_read(). */
+			mapping_readahead_reached(m, f);
+		}
+		folio_release(f);
+		if (!ok)
+			break;
+		done += n;
+		if (write && done < len)
+			throttle_between_folios(m);
+	}
+	return done;
+}
 
 /*
  * The write fast path: overwrites of cached folios that are uptodate over
@@ -513,49 +552,6 @@ int mapping_queue_missing(struct rq_builder *b, struct folio *f, size_t off,
 		at = run_off + run_len;
 	}
 	return 0;
-}
-
-/*
- * The fast paths of read and write: copy [pos, pos+len) out of (or, with
- * `write`, into) cached folios that are uptodate over the part wanted, in
- * order, each under a tried folio lock (atomic per folio against writes,
- * safe against reclaim and truncate), until a folio is missing, busy or
- * not uptodate there: no request, no io_group, no engine. Returns the
- * bytes copied; the caller does the rest the ordinary way, which waits
- * for busy folios. `sequential`: see mapping_trylock_cached(). Caller
- * holds io_lock shared; a read has clamped len to EOF. Inlined into
- * each caller so that `write` costs no branch.
- */
-static inline __attribute__((always_inline)) size_t
-copy_cached(struct folio_mapping *m, unsigned char *buf, size_t len,
-	    uint64_t pos, bool write, bool sequential)
-{
-	size_t done = 0;
-	while (done < len) {
-		uint64_t p = pos + done;
-		struct folio *f = mapping_trylock_cached(m, p, sequential);
-		if (!f)
-			break;
-		size_t off = (size_t)(p - f->pos);
-		size_t n = MIN(len - done, folio_bytes(f) - off);
-		bool ok = folio_all_uptodate(f) ||
-			  folio_is_uptodate(f, off, n) == 1;
-		if (ok && write) {
-			memcpy(f->data + off, buf + done, n);
-			commit_write(m, f, off, n);
-		} else if (ok) {
-			memcpy(buf + done, f->data + off, n);
-			/* Readahead (readahead.c): see folio_mapping_read(). */
-			mapping_readahead_reached(m, f);
-		}
-		folio_release(f);
-		if (!ok)
-			break;
-		done += n;
-		if (write && done < len)
-			throttle_between_folios(m);
-	}
-	return done;
 }
 
 ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
