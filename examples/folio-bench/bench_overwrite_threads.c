@@ -8,10 +8,10 @@
  *
  * The same copies at the same random offsets into a plain array of the
  * same size (memcpy) run beside it, in interleaved rounds: 4 KiB random
- * copies scale with the memory system, not only with the CPUs (two
- * threads may beat twice one thread when each one's range fits its own
- * core's cache better), so the honest figure is the library's scaling
- * divided by memcpy's.
+ * copies scale with the memory system, not only with the CPUs, so the
+ * honest figure is the library's scaling divided by memcpy's. Each thread
+ * works on a slice of the same size at every count, so adding threads
+ * adds working set the way adding writers does.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -23,6 +23,11 @@
 
 static struct bench_list counts; /* empty: 1, 2, 4 ... --jobs */
 static uint64_t rounds = 3;
+/* Every thread count gives each thread a slice of this size: --size over
+ * the largest count. A slice that shrank as threads were added would fit
+ * each core's cache better and flatter the copies more than the library's
+ * own work, so the ratio would measure caches, not sharing. */
+static uint64_t slice;
 
 static struct bench_xopt xopts[] = {
 	{.name = "threads", .type = BENCH_X_COUNTS, .var = &counts,
@@ -152,7 +157,7 @@ static int run_once(struct bench_ctx *c, struct folio_mapping *m,
 	int err = plain ? 0 : folio_mapping_sync(m, NULL);
 	if (err)
 		return err;
-	uint64_t span = o->size / n / o->folio_size * o->folio_size;
+	uint64_t span = slice;
 	if (span < o->bs) {
 		fprintf(stderr, "folio-bench overwrite-threads: --size too "
 				"small for %u threads\n",
@@ -312,6 +317,11 @@ static int run(struct bench_ctx *c)
 				"--folio-size\n");
 		return 2;
 	}
+	uint64_t most = 1;
+	for (unsigned i = 0; i < list.n; i++)
+		if (list.v[i] > most)
+			most = list.v[i];
+	slice = o->size / most / o->folio_size * o->folio_size;
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	char s1[32], s2[32], s3[32];
 	bench_title(c, "%s random overwrites of disjoint ranges of one "
@@ -396,8 +406,9 @@ static int run(struct bench_ctx *c)
 	}
 	bench_note(c, "ratio = speedup over %s; median of %llu interleaved "
 		      "rounds; memcpy = the same copies into a plain %s array; "
-		      "%ld CPUs online",
-		   base, (unsigned long long)rounds, s2, cpus);
+		      "each thread overwrites its own %s range; %ld CPUs online",
+		   base, (unsigned long long)rounds, s2,
+		   bench_fmt_size(s1, sizeof(s1), slice), cpus);
 	bench_note(c, "per CPU second: ops per second of the threads' own "
 		      "CPU time (what shared lines cost shows there too; a "
 		      "busy machine's descheduling does not)");
@@ -414,8 +425,9 @@ static struct bench_cmd cmd = {
 	.help =
 	"Writes the whole --size mapping once (mem engine: no I/O), then for\n"
 	"each thread count: syncs (untimed, so every count starts clean),\n"
-	"splits the mapping into folio-aligned equal ranges, one per thread,\n"
-	"and lets each thread overwrite --bs pieces at random offsets of its\n"
+	"gives each thread its own folio-aligned range of --size divided by\n"
+	"the largest thread count (the same range size at every count), and\n"
+	"lets each thread overwrite --bs pieces at random offsets of its\n"
 	"own range for --runtime seconds. Reports ops/s per thread count and\n"
 	"the speedup over the first count. The same copies at the same random\n"
 	"offsets into a plain array of --size bytes (memcpy) run interleaved\n"
