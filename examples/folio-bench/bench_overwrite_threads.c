@@ -12,6 +12,12 @@
  * honest figure is the library's scaling divided by memcpy's. Each thread
  * works on a slice of the same size at every count, so adding threads
  * adds working set the way adding writers does.
+ *
+ * Memory-bound copies on a shared host scale unevenly from run to run, so
+ * a third variant, the same threads each on a mapping of its own (over
+ * the same engine, with the same slices), isolates what sharing ONE
+ * mapping costs: it does the library's work with the library's memory
+ * footprint and shares no mapping state at all.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -109,7 +115,9 @@ static void *spin_main(void *arg)
 	return NULL;
 }
 
-static int warm(struct folio_mapping *m, uint64_t size)
+/* Write [from, to) of m once, so that every later overwrite finds its
+ * folio cached and uptodate. */
+static int warm(struct folio_mapping *m, uint64_t from, uint64_t to)
 {
 	size_t chunk = MIB;
 	char *buf = malloc(chunk);
@@ -117,8 +125,8 @@ static int warm(struct folio_mapping *m, uint64_t size)
 		return -ENOMEM;
 	memset(buf, 'w', chunk);
 	int err = 0;
-	for (uint64_t at = 0; at < size && !err; at += chunk) {
-		size_t n = (size_t)(size - at < chunk ? size - at : chunk);
+	for (uint64_t at = from; at < to && !err; at += chunk) {
+		size_t n = (size_t)(to - at < chunk ? to - at : chunk);
 		ssize_t r = folio_mapping_write(m, buf, n, at);
 		if (r != (ssize_t)n)
 			err = r < 0 ? (int)r : -EIO;
@@ -145,16 +153,19 @@ static double spin_rate(struct bench_ctx *c, unsigned n)
 	return secs > 0 ? (double)ops / secs : 0;
 }
 
-/* One timed run of n threads over m, or over `plain` when it is not
- * NULL: ops/s in *ops_s. */
-static int run_once(struct bench_ctx *c, struct folio_mapping *m,
+/* One timed run of n threads, thread i over maps[i], or over `plain` when
+ * it is not NULL: ops/s in *ops_s. */
+static int run_once(struct bench_ctx *c, struct folio_mapping *const *maps,
 		    unsigned char *plain, unsigned n, double secs_wanted,
 		    double *ops_s, double *ops_cpu_s)
 {
 	const struct bench_opts *o = &c->o;
 	/* Every library run starts from a clean cache so each pays the
 	 * same clean-to-dirty transitions. */
-	int err = plain ? 0 : folio_mapping_sync(m, NULL);
+	int err = 0;
+	for (unsigned i = 0; !plain && i < n && !err; i++)
+		if (!i || maps[i] != maps[i - 1])
+			err = folio_mapping_sync(maps[i], NULL);
 	if (err)
 		return err;
 	uint64_t span = slice;
@@ -169,13 +180,15 @@ static int run_once(struct bench_ctx *c, struct folio_mapping *m,
 		return -ENOMEM;
 	atomic_bool stop;
 	for (unsigned i = 0; i < n; i++)
-		w[i] = (struct worker){.m = m, .plain = plain,
+		w[i] = (struct worker){.m = plain ? NULL : maps[i],
+				       .plain = plain,
 				       .base = i * span,
 				       .slots = span / o->bs, .bs = o->bs,
 				       .index = i, .stop = &stop};
 	char what[64];
 	snprintf(what, sizeof(what), "overwrite-threads [%u threads%s]", n,
-		 plain ? ", memcpy" : "");
+		 plain ? ", memcpy"
+		       : n > 1 && maps[1] != maps[0] ? ", a mapping each" : "");
 	double secs = bench_run_threads(what, n, worker_main, w, sizeof(*w),
 					secs_wanted, &stop);
 	uint64_t ops = 0, cpu = 0;
@@ -193,60 +206,66 @@ static int run_once(struct bench_ctx *c, struct folio_mapping *m,
 	return err;
 }
 
-/* Medians over the rounds, per thread count: ops/s of wall time, ops
- * per second of the threads' own CPU time, and the CPU-only loop. */
+/* Medians over the rounds, per thread count: ops/s of wall time and ops
+ * per second of the threads' own CPU time, for one mapping, a mapping per
+ * thread and memcpy; and the CPU-only loop. */
 struct result {
-	double lib, plain, lib_cpu, plain_cpu, cpu;
+	double lib, each, plain, lib_cpu, each_cpu, plain_cpu, cpu;
 };
 
-static int measure(struct bench_ctx *c, struct folio_mapping *m,
-		   unsigned char *plain, const struct bench_list *list,
-		   struct result *res)
+enum { ONE, EACH, PLAIN, VARIANTS };
+
+static int measure(struct bench_ctx *c, struct folio_mapping *const *shared,
+		   struct folio_mapping *const *each, unsigned char *plain,
+		   const struct bench_list *list, struct result *res)
 {
 	const struct bench_opts *o = &c->o;
 	double secs = o->runtime / (double)rounds;
-	double *lib = calloc(list->n * rounds * 4, sizeof(double));
-	if (!lib)
+	size_t per = list->n * rounds;
+	/* [variant][wall, cpu][count * rounds] */
+	double *v = calloc(per * VARIANTS * 2, sizeof(double));
+	if (!v)
 		return -ENOMEM;
-	double *mem = lib + list->n * rounds;
-	double *lib_c = mem + list->n * rounds;
-	double *mem_c = lib_c + list->n * rounds;
+#define AT(var, cpu, i, r) (&v[((var) * 2 + (cpu)) * per + (i) * rounds + (r)])
 	int err = 0;
 	/* Interleaved: whatever else the machine runs meanwhile spreads
-	 * over both kinds and every count. */
+	 * over every kind and every count. */
 	for (uint64_t r = 0; r < rounds && !err; r++)
 		for (unsigned i = 0; i < list->n && !err; i++) {
 			unsigned n = (unsigned)list->v[i];
-			err = run_once(c, m, NULL, n, secs,
-				       &lib[i * rounds + r],
-				       &lib_c[i * rounds + r]);
-			if (!err)
-				err = run_once(c, NULL, plain, n, secs,
-					       &mem[i * rounds + r],
-					       &mem_c[i * rounds + r]);
+			for (int var = ONE; var < VARIANTS && !err; var++)
+				err = run_once(c, var == ONE ? shared : each,
+					       var == PLAIN ? plain : NULL, n,
+					       secs, AT(var, 0, i, r),
+					       AT(var, 1, i, r));
 		}
 	for (unsigned i = 0; i < list->n && !err; i++) {
 		unsigned n = (unsigned)list->v[i];
-		res[i].lib = bench_median(&lib[i * rounds], rounds);
-		res[i].plain = bench_median(&mem[i * rounds], rounds);
-		res[i].lib_cpu = bench_median(&lib_c[i * rounds], rounds);
-		res[i].plain_cpu = bench_median(&mem_c[i * rounds], rounds);
+		res[i].lib = bench_median(AT(ONE, 0, i, 0), rounds);
+		res[i].each = bench_median(AT(EACH, 0, i, 0), rounds);
+		res[i].plain = bench_median(AT(PLAIN, 0, i, 0), rounds);
+		res[i].lib_cpu = bench_median(AT(ONE, 1, i, 0), rounds);
+		res[i].each_cpu = bench_median(AT(EACH, 1, i, 0), rounds);
+		res[i].plain_cpu = bench_median(AT(PLAIN, 1, i, 0), rounds);
+#undef AT
 		res[i].cpu = spin_rate(c, n);
 		char name[32];
 		snprintf(name, sizeof(name), "%u threads", n);
-		struct bench_variant *v = bench_variant(c, name);
-		bench_num(v, "threads", n);
-		bench_num(v, "rounds", (double)rounds);
-		bench_num(v, "seconds_per_round", secs);
-		bench_num(v, "ops_per_s", res[i].lib);
-		bench_num(v, "ops_per_s_per_thread", res[i].lib / n);
-		bench_num(v, "mb_per_s", res[i].lib * (double)o->bs / 1e6);
-		bench_num(v, "memcpy_ops_per_s", res[i].plain);
-		bench_num(v, "ops_per_cpu_s", res[i].lib_cpu);
-		bench_num(v, "memcpy_ops_per_cpu_s", res[i].plain_cpu);
-		bench_num(v, "cpu_loop_per_s", res[i].cpu);
+		struct bench_variant *bv = bench_variant(c, name);
+		bench_num(bv, "threads", n);
+		bench_num(bv, "rounds", (double)rounds);
+		bench_num(bv, "seconds_per_round", secs);
+		bench_num(bv, "ops_per_s", res[i].lib);
+		bench_num(bv, "ops_per_s_per_thread", res[i].lib / n);
+		bench_num(bv, "mb_per_s", res[i].lib * (double)o->bs / 1e6);
+		bench_num(bv, "mapping_each_ops_per_s", res[i].each);
+		bench_num(bv, "memcpy_ops_per_s", res[i].plain);
+		bench_num(bv, "ops_per_cpu_s", res[i].lib_cpu);
+		bench_num(bv, "mapping_each_ops_per_cpu_s", res[i].each_cpu);
+		bench_num(bv, "memcpy_ops_per_cpu_s", res[i].plain_cpu);
+		bench_num(bv, "cpu_loop_per_s", res[i].cpu);
 	}
-	free(lib);
+	free(v);
 	return err;
 }
 
@@ -270,20 +289,22 @@ static void series_rows(struct bench_ctx *c, const struct bench_list *list,
 	}
 }
 
-/* Per thread count past the first: the library's speedup over the first
- * count divided by memcpy's; the last row carries `last_flags`. */
+/* Per thread count past the first: the speedup of `lib` over the first
+ * count divided by that of `ref` (named `ref_name`); the last row carries
+ * `last_flags`. */
 static void scaling_rows(struct bench_ctx *c, const struct bench_list *list,
 			 const char *what, const double *lib,
-			 const double *plain, unsigned last_flags)
+			 const double *ref, const char *ref_name,
+			 unsigned last_flags)
 {
 	for (unsigned i = 1; i < list->n; i++) {
 		char fig[64];
 		snprintf(fig, sizeof(fig), "%llu threads: %s",
 			 (unsigned long long)list->v[i], what);
-		double lib_x = lib[i] / lib[0], mem_x = plain[i] / plain[0];
+		double lib_x = lib[i] / lib[0], ref_x = ref[i] / ref[0];
 		bench_row(c, &(struct bench_row){
-				     .figure = fig, .value = lib_x / mem_x,
-				     .unit = "x", .cmp = "memcpy",
+				     .figure = fig, .value = lib_x / ref_x,
+				     .unit = "x", .cmp = ref_name,
 				     .flags = i + 1 == list->n ? last_flags
 							       : 0});
 	}
@@ -349,25 +370,40 @@ static int run(struct bench_ctx *c)
 				 ? FOLIO_MAPPING_FOLIO_DIRTY : 0,
 		.engine = be.engine,
 	};
-	struct folio_mapping *m = NULL;
-	err = folio_mapping_new(&m, &mo);
+	/* shared[i] = the one mapping for every thread; each[i] = thread
+	 * i's own (each[0] is the shared one: one thread shares nothing),
+	 * warmed over thread i's slice only. */
+	struct folio_mapping **shared = calloc(most * 2, sizeof(*shared));
+	struct folio_mapping **each = shared ? shared + most : NULL;
+	if (!err && !shared)
+		err = -ENOMEM;
 	if (!err)
-		err = warm(m, o->size);
+		err = folio_mapping_new(&shared[0], &mo);
+	if (!err)
+		err = warm(shared[0], 0, o->size);
+	for (uint64_t i = 0; !err && i < most; i++) {
+		shared[i] = each[0] = shared[0];
+		if (i && !(err = folio_mapping_new(&each[i], &mo)))
+			err = warm(each[i], i * slice, (i + 1) * slice);
+	}
 	struct result res[BENCH_LIST_MAX] = {{0}};
 	unsigned char *plain = NULL;
 	if (!err && !(plain = malloc(o->size)))
 		err = -ENOMEM;
 	if (!err) {
 		memset(plain, 'w', o->size); /* fault it in, like warm() */
-		err = measure(c, m, plain, &list, res);
+		err = measure(c, shared, each, plain, &list, res);
 	}
 	free(plain);
-	if (m) {
-		int s = folio_mapping_sync(m, NULL);
-		int f = folio_mapping_free(m);
+	for (uint64_t i = 0; each && i < most; i++) {
+		if (!each[i])
+			continue;
+		int s = folio_mapping_sync(each[i], NULL);
+		int f = folio_mapping_free(each[i]);
 		if (!err)
 			err = s ? s : f;
 	}
+	free(shared);
 	bench_engine_close(&be);
 	if (fd >= 0)
 		close(fd);
@@ -380,19 +416,28 @@ static int run(struct bench_ctx *c)
 	char base[32];
 	snprintf(base, sizeof(base), "%llu thread%s",
 		 (unsigned long long)list.v[0], list.v[0] == 1 ? "" : "s");
-	double lib[BENCH_LIST_MAX], plain_v[BENCH_LIST_MAX];
-	double lib_c[BENCH_LIST_MAX], plain_c[BENCH_LIST_MAX];
+	double lib[BENCH_LIST_MAX], each_v[BENCH_LIST_MAX];
+	double plain_v[BENCH_LIST_MAX], lib_c[BENCH_LIST_MAX];
+	double each_c[BENCH_LIST_MAX], plain_c[BENCH_LIST_MAX];
 	for (unsigned i = 0; i < list.n; i++) {
 		lib[i] = res[i].lib;
+		each_v[i] = res[i].each;
 		plain_v[i] = res[i].plain;
 		lib_c[i] = res[i].lib_cpu;
+		each_c[i] = res[i].each_cpu;
 		plain_c[i] = res[i].plain_cpu;
 	}
 	series_rows(c, &list, base, "", lib, BENCH_ROW_HEADLINE);
+	series_rows(c, &list, base, ": a mapping each", each_v, 0);
 	series_rows(c, &list, base, ": memcpy", plain_v, 0);
-	scaling_rows(c, &list, "lib / memcpy scaling", lib, plain_v,
+	scaling_rows(c, &list, "lib / memcpy scaling", lib, plain_v, "memcpy",
 		     BENCH_ROW_HEADLINE);
-	scaling_rows(c, &list, "same, per CPU second", lib_c, plain_c, 0);
+	scaling_rows(c, &list, "same, per CPU second", lib_c, plain_c,
+		     "memcpy", 0);
+	scaling_rows(c, &list, "one mapping / a mapping each", lib, each_v,
+		     "mapping each", BENCH_ROW_HEADLINE);
+	scaling_rows(c, &list, "one / each, per CPU second", lib_c, each_c,
+		     "mapping each", 0);
 	for (unsigned i = 1; i < list.n; i++) {
 		char fig[64];
 		snprintf(fig, sizeof(fig), "%llu threads: CPU-only loop",
@@ -436,8 +481,11 @@ static struct bench_cmd cmd = {
 	"the library's speedup by memcpy's: 1.0 means the library scales as\n"
 	"well as the copies themselves; \"per CPU second\" is the same ratio\n"
 	"from ops per second of the threads' own CPU time, which a machine\n"
-	"busy with other work disturbs less. A loop that shares nothing shows what\n"
-	"the machine allows (vCPUs may share a core).",
+	"busy with other work disturbs less. The same threads each on a\n"
+	"mapping of its own (same engine, same ranges) run interleaved too:\n"
+	"\"one mapping / a mapping each\" is what sharing one mapping costs,\n"
+	"with the library's own memory footprint on both sides. A loop that\n"
+	"shares nothing shows what the machine allows (vCPUs may share a core).",
 	.defaults = {.size = 64 * MIB, .bs = 4 * KIB, .jobs = 8, .runtime = 2,
 		     .folio_size = 64 * KIB, .block_size = 4 * KIB,
 		     .engine = BENCH_ENGINE_MEM},
