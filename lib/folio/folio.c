@@ -256,11 +256,12 @@ bool folio_test_locked(const struct folio *f)
 	return test_flag(f, FOLIO_F_LOCKED);
 }
 
-void folio_clear_flag_wake(struct folio *f, unsigned bit)
+void folio_wake_waiters(struct folio *f)
 {
-	unsigned old = atomic_fetch_and_explicit(
-		&f->flags, ~(bit | FOLIO_F_WAITERS), memory_order_acq_rel);
-	if (old & FOLIO_F_WAITERS)
+	/* Of several clearers that saw WAITERS, one wakes. */
+	if (atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_WAITERS,
+				      memory_order_acq_rel) &
+	    FOLIO_F_WAITERS)
 		futex_wake_all(&f->flags);
 }
 

@@ -170,10 +170,33 @@ static inline unsigned folio_flags(const struct folio *f)
 				    memory_order_acquire);
 }
 
-/* Flags word helpers. Waking is folded into clearing: whoever clears a bit
- * that someone may sleep on clears WAITERS with it and wakes everyone;
- * sleepers that still cannot proceed set WAITERS again. */
-void folio_clear_flag_wake(struct folio *f, unsigned bit);
+/* Clear WAITERS and wake everyone sleeping on the flags word. */
+void folio_wake_waiters(struct folio *f);
+
+/*
+ * Flags word helpers. Waking is folded into clearing: whoever clears a bit
+ * that someone may sleep on then looks for WAITERS, and if it is there
+ * clears it and wakes everyone; sleepers that still cannot proceed set
+ * WAITERS again. Inline, and with no waiter one atomic AND and one load:
+ * every unlock pays it.
+ *
+ * No wakeup is lost. A sleeper sets WAITERS with a CAS on a word in which
+ * it saw the bit it waits for, then sleeps only while the word is
+ * unchanged. If its CAS precedes our AND in the word's modification
+ * order, the load below (after our own RMW on the same word, so by
+ * coherence reading nothing older) sees WAITERS, unless another clearer
+ * took it off since, who then woke the sleepers. If the CAS follows our
+ * AND, the word it saw already lacked our bit: the sleeper waits for some
+ * other bit, whose clearer wakes it. So the load needs no ordering of its
+ * own, and the AND keeps the acq_rel the combined clear-and-test had.
+ */
+static inline void folio_clear_flag_wake(struct folio *f, unsigned bit)
+{
+	atomic_fetch_and_explicit(&f->flags, ~bit, memory_order_acq_rel);
+	if (atomic_load_explicit(&f->flags, memory_order_relaxed) &
+	    FOLIO_F_WAITERS)
+		folio_wake_waiters(f);
+}
 
 /* Inline twins of folio_size(), folio_test_uptodate(), folio_trylock()
  * and folio_unlock() for internal callers that hold a valid folio: the
@@ -198,17 +221,17 @@ static inline bool folio_single_dirty_uptodate(const struct folio *f)
 		       (FOLIO_F_DIRTY | FOLIO_F_UPTODATE);
 }
 
-/* Atomically set `bit` if it is clear. */
+/* Atomically set `bit` if it is clear; true when this call set it. An OR
+ * that finds the bit set changes nothing, so one fetch-or (a single
+ * bit-test-and-set) does what a CAS loop would; the plain load first
+ * leaves a busy folio's line unwritten. */
 static inline bool folio_try_set_flag(struct folio *f, unsigned bit)
 {
-	unsigned v = atomic_load_explicit(&f->flags, memory_order_relaxed);
-	while (!(v & bit)) {
-		if (atomic_compare_exchange_weak_explicit(
-			    &f->flags, &v, v | bit, memory_order_acquire,
-			    memory_order_relaxed))
-			return true;
-	}
-	return false;
+	if (atomic_load_explicit(&f->flags, memory_order_relaxed) & bit)
+		return false;
+	return !(atomic_fetch_or_explicit(&f->flags, bit,
+					  memory_order_acquire) &
+		 bit);
 }
 
 static inline bool folio_lock_nowait(struct folio *f)
