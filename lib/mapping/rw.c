@@ -421,13 +421,14 @@ static size_t write_cached(struct folio_mapping *m, const unsigned char *src,
 
 /*
  * The ordinary write path, from byte `done` on: per folio, find or create
- * it, make its edges valid, copy and commit. Returns the bytes written in
- * all, *errp the error that stopped it. Caller holds io_lock shared. Out
- * of line so that the fast path's frame stays small.
+ * it, make its edges valid, copy and commit. Returns what the write
+ * returns: the bytes written in all, or the error that stopped it before
+ * any. Caller holds io_lock shared. Out of line so that the fast path's
+ * frame stays small.
  */
-static __attribute__((noinline)) size_t
+static __attribute__((noinline)) ssize_t
 write_folios(struct folio_mapping *m, const unsigned char *src, size_t len,
-	     uint64_t pos, size_t done, int *errp)
+	     uint64_t pos, size_t done)
 {
 	int err = 0;
 	struct mapping_cache_credit credit = {0, 0};
@@ -472,8 +473,7 @@ write_folios(struct folio_mapping *m, const unsigned char *src, size_t len,
 	/* Under io_lock, as when create_charged() gives back what it did
 	 * not use: uncharging never waits. */
 	mapping_cache_credit_return(m, &credit);
-	*errp = err;
-	return done;
+	return done ? (ssize_t)done : err;
 }
 
 ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
@@ -490,17 +490,18 @@ ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
 	const unsigned char *src = buf;
 	unsigned stripe = brlock_thread_stripe();
 	brlock_read_lock_at(&m->io_lock, stripe);
-	size_t done = write_cached(m, src, len, pos);
-	if (done < len)
-		done = write_folios(m, src, len, pos, done, &err);
+	ssize_t ret = (ssize_t)write_cached(m, src, len, pos);
+	if ((size_t)ret < len)
+		ret = write_folios(m, src, len, pos, (size_t)ret);
 	brlock_read_unlock_at(&m->io_lock, stripe);
+	size_t done = ret > 0 ? (size_t)ret : 0;
 	/* Once per call, as a read counts what it returned. */
 	stat_add(&m->io_bytes[stripe].written, done);
 	last_write.mapping_id = m->id;
 	last_write.end = pos + done;
 	if (over_dirty_limit(m))
 		throttle(m);
-	return done ? (ssize_t)done : err;
+	return ret;
 }
 
 ssize_t folio_mapping_write_begin(struct folio_mapping *m, uint64_t pos,
