@@ -258,11 +258,7 @@ bool folio_test_locked(const struct folio *f)
 
 void folio_wake_waiters(struct folio *f)
 {
-	/* Of several clearers that saw WAITERS, one wakes. */
-	if (atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_WAITERS,
-				      memory_order_acq_rel) &
-	    FOLIO_F_WAITERS)
-		futex_wake_all(&f->flags);
+	futex_wake_all(&f->flags);
 }
 
 bool folio_wait_flag_clear_for(struct folio *f, unsigned bit,

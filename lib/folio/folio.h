@@ -170,30 +170,22 @@ static inline unsigned folio_flags(const struct folio *f)
 				    memory_order_acquire);
 }
 
-/* Clear WAITERS and wake everyone sleeping on the flags word. */
+/* Wake everyone sleeping on the flags word (folio_clear_flag_wake() saw
+ * and cleared WAITERS). */
 void folio_wake_waiters(struct folio *f);
 
 /*
  * Flags word helpers. Waking is folded into clearing: whoever clears a bit
- * that someone may sleep on then looks for WAITERS, and if it is there
- * clears it and wakes everyone; sleepers that still cannot proceed set
- * WAITERS again. Inline, and with no waiter one atomic AND and one load:
- * every unlock pays it.
- *
- * No wakeup is lost. A sleeper sets WAITERS with a CAS on a word in which
- * it saw the bit it waits for, then sleeps only while the word is
- * unchanged. If its CAS precedes our AND in the word's modification
- * order, the load below (after our own RMW on the same word, so by
- * coherence reading nothing older) sees WAITERS, unless another clearer
- * took it off since, who then woke the sleepers. If the CAS follows our
- * AND, the word it saw already lacked our bit: the sleeper waits for some
- * other bit, whose clearer wakes it. So the load needs no ordering of its
- * own, and the AND keeps the acq_rel the combined clear-and-test had.
+ * that someone may sleep on clears WAITERS with it, in the same atomic
+ * operation, and wakes everyone; sleepers that still cannot proceed set
+ * WAITERS again. One operation, because once an unlock is done the folio
+ * may be reclaimed and freed at once: nothing may read it afterwards.
+ * Inline, with only the wake out of line: every unlock pays this.
  */
 static inline void folio_clear_flag_wake(struct folio *f, unsigned bit)
 {
-	atomic_fetch_and_explicit(&f->flags, ~bit, memory_order_acq_rel);
-	if (atomic_load_explicit(&f->flags, memory_order_relaxed) &
+	if (atomic_fetch_and_explicit(&f->flags, ~(bit | FOLIO_F_WAITERS),
+				      memory_order_acq_rel) &
 	    FOLIO_F_WAITERS)
 		folio_wake_waiters(f);
 }
