@@ -267,12 +267,13 @@ static size_t mark_written(struct folio_mapping *m, struct folio *f,
 }
 
 /*
- * Mark [off, off+len) dirty+uptodate after the bytes were copied in.
- * Inline, with the update itself out of line: a rewrite of a dirty block
- * (the common small write) skips it and costs no call.
+ * Mark the bytes [pos, pos+len) of f dirty+uptodate after they were
+ * copied in. Inline, with the update itself out of line: a rewrite of a
+ * dirty block (the common small write) skips it and costs no call.
  */
 static inline __attribute__((always_inline)) void
-commit_write(struct folio_mapping *m, struct folio *f, size_t off, size_t len)
+commit_write(struct folio_mapping *m, struct folio *f, uint64_t pos,
+	     size_t len)
 {
 	size_t newly = 0;
 	/* A rewrite of a dirty block needs no update. Every path that
@@ -283,8 +284,8 @@ commit_write(struct folio_mapping *m, struct folio *f, size_t off, size_t len)
 	 * settle, so it always updates. */
 	if ((m->flags & FOLIO_MAPPING_FOLIO_DIRTY) ||
 	    !folio_single_dirty_uptodate(f))
-		newly = mark_written(m, f, off, len);
-	mapping_grow_eof(m, f->pos + off + len);
+		newly = mark_written(m, f, (size_t)(pos - f->pos), len);
+	mapping_grow_eof(m, pos + len);
 	if (newly && m->cache) {
 		uint64_t bytes = (uint64_t)newly << f->block_shift;
 		mapping_cache_account(m, (int64_t)bytes, 0, 0);
@@ -386,7 +387,7 @@ copy_cached(struct folio_mapping *m, unsigned char *buf, size_t len,
 			  folio_is_uptodate(f, off, n) == 1;
 		if (ok && write) {
 			memcpy(f->data + off, buf + done, n);
-			commit_write(m, f, off, n);
+			commit_write(m, f, p, n);
 		} else if (ok) {
 			memcpy(buf + done, f->data + off, n);
 			/* Readahead (readahead.c): see folio_mapping_read(). */
@@ -461,7 +462,7 @@ write_folios(struct folio_mapping *m, const unsigned char *src, size_t len,
 		err = prepare_write(m, f, off, n, false);
 		if (!err) {
 			memcpy(f->data + off, src + done, n);
-			commit_write(m, f, off, n);
+			commit_write(m, f, p, n);
 			done += n;
 		}
 		folio_release(f);
@@ -574,7 +575,7 @@ ssize_t folio_mapping_write_end(struct folio_mapping *m, struct folio *f,
 	if ((end & mask) && folio_is_uptodate(f, end & ~mask, 1) == 0)
 		end = MAX(off, end & ~mask);
 	if (end > off) {
-		commit_write(m, f, off, end - off);
+		commit_write(m, f, pos, end - off);
 		stat_add(&m->io_bytes[brlock_thread_stripe()].written,
 			 end - off);
 	}
