@@ -30,33 +30,24 @@ void brlock_destroy(struct brlock *l)
 	pthread_mutex_destroy(&l->writers);
 }
 
-/*
- * Reader and writer each publish themselves and then look at the other
- * (reader: count, then flag; writer: flag, then counts), all sequentially
- * consistent, so at least one of them sees the other and neither enters
- * while the other is inside.
- */
-void brlock_read_lock(struct brlock *l)
+/* Counted in, but a writer holds or wants the lock: step back, let it
+ * drain, wait, and count in again until no writer is there. */
+void brlock_read_wait(struct brlock *l, atomic_uint *count)
 {
-	atomic_uint *count = &l->stripe[brlock_thread_stripe()].readers;
-	for (;;) {
-		atomic_fetch_add(count, 1);
-		if (!atomic_load(&l->writer))
-			return;
-		/* A writer wants in: step back, let it drain, wait. */
+	do {
 		if (atomic_fetch_sub(count, 1) == 1)
 			futex_wake_all(count);
 		unsigned w;
 		while ((w = atomic_load(&l->writer)))
 			futex_wait(&l->writer, w);
-	}
+		atomic_fetch_add(count, 1);
+	} while (atomic_load(&l->writer));
 }
 
-void brlock_read_unlock(struct brlock *l)
+/* The last reader of a stripe left while a writer waits for it. */
+void brlock_wake_writer(atomic_uint *count)
 {
-	atomic_uint *count = &l->stripe[brlock_thread_stripe()].readers;
-	if (atomic_fetch_sub(count, 1) == 1 && atomic_load(&l->writer))
-		futex_wake_all(count);
+	futex_wake_all(count);
 }
 
 void brlock_write_lock(struct brlock *l)

@@ -48,9 +48,46 @@ static inline unsigned brlock_thread_stripe(void)
 
 int brlock_init(struct brlock *l);
 void brlock_destroy(struct brlock *l);
-void brlock_read_lock(struct brlock *l);
-void brlock_read_unlock(struct brlock *l);
 void brlock_write_lock(struct brlock *l);
 void brlock_write_unlock(struct brlock *l);
+
+/* The read side's slow halves (brlock.c): a writer is there. */
+void brlock_read_wait(struct brlock *l, atomic_uint *count);
+void brlock_wake_writer(atomic_uint *count);
+
+/*
+ * Reader and writer each publish themselves and then look at the other
+ * (reader: count, then flag; writer: flag, then counts), all sequentially
+ * consistent, so at least one of them sees the other and neither enters
+ * while the other is inside. Inline: every read and write takes the read
+ * side, and without a writer it is one atomic add and one load.
+ */
+static inline void brlock_read_lock_at(struct brlock *l, unsigned stripe)
+{
+	atomic_uint *count = &l->stripe[stripe].readers;
+	atomic_fetch_add(count, 1);
+	if (atomic_load(&l->writer))
+		brlock_read_wait(l, count);
+}
+
+static inline void brlock_read_unlock_at(struct brlock *l, unsigned stripe)
+{
+	atomic_uint *count = &l->stripe[stripe].readers;
+	if (atomic_fetch_sub(count, 1) == 1 && atomic_load(&l->writer))
+		brlock_wake_writer(count);
+}
+
+/* The read side as most callers take it. The _at forms take the stripe
+ * from a caller that looked it up already (brlock_thread_stripe()) for
+ * its own striped counters too: it never changes once a thread has one. */
+static inline void brlock_read_lock(struct brlock *l)
+{
+	brlock_read_lock_at(l, brlock_thread_stripe());
+}
+
+static inline void brlock_read_unlock(struct brlock *l)
+{
+	brlock_read_unlock_at(l, brlock_thread_stripe());
+}
 
 #endif

@@ -256,12 +256,9 @@ bool folio_test_locked(const struct folio *f)
 	return test_flag(f, FOLIO_F_LOCKED);
 }
 
-void folio_clear_flag_wake(struct folio *f, unsigned bit)
+void folio_wake_waiters(struct folio *f)
 {
-	unsigned old = atomic_fetch_and_explicit(
-		&f->flags, ~(bit | FOLIO_F_WAITERS), memory_order_acq_rel);
-	if (old & FOLIO_F_WAITERS)
-		futex_wake_all(&f->flags);
+	futex_wake_all(&f->flags);
 }
 
 bool folio_wait_flag_clear_for(struct folio *f, unsigned bit,

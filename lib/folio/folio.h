@@ -170,10 +170,25 @@ static inline unsigned folio_flags(const struct folio *f)
 				    memory_order_acquire);
 }
 
-/* Flags word helpers. Waking is folded into clearing: whoever clears a bit
- * that someone may sleep on clears WAITERS with it and wakes everyone;
- * sleepers that still cannot proceed set WAITERS again. */
-void folio_clear_flag_wake(struct folio *f, unsigned bit);
+/* Wake everyone sleeping on the flags word (folio_clear_flag_wake() saw
+ * and cleared WAITERS). */
+void folio_wake_waiters(struct folio *f);
+
+/*
+ * Flags word helpers. Waking is folded into clearing: whoever clears a bit
+ * that someone may sleep on clears WAITERS with it, in the same atomic
+ * operation, and wakes everyone; sleepers that still cannot proceed set
+ * WAITERS again. One operation, because once an unlock is done the folio
+ * may be reclaimed and freed at once: nothing may read it afterwards.
+ * Inline, with only the wake out of line: every unlock pays this.
+ */
+static inline void folio_clear_flag_wake(struct folio *f, unsigned bit)
+{
+	if (atomic_fetch_and_explicit(&f->flags, ~(bit | FOLIO_F_WAITERS),
+				      memory_order_acq_rel) &
+	    FOLIO_F_WAITERS)
+		folio_wake_waiters(f);
+}
 
 /* Inline twins of folio_size(), folio_test_uptodate(), folio_trylock()
  * and folio_unlock() for internal callers that hold a valid folio: the
@@ -198,17 +213,17 @@ static inline bool folio_single_dirty_uptodate(const struct folio *f)
 		       (FOLIO_F_DIRTY | FOLIO_F_UPTODATE);
 }
 
-/* Atomically set `bit` if it is clear. */
+/* Atomically set `bit` if it is clear; true when this call set it. An OR
+ * that finds the bit set changes nothing, so one fetch-or (a single
+ * bit-test-and-set) does what a CAS loop would; the plain load first
+ * leaves a busy folio's line unwritten. */
 static inline bool folio_try_set_flag(struct folio *f, unsigned bit)
 {
-	unsigned v = atomic_load_explicit(&f->flags, memory_order_relaxed);
-	while (!(v & bit)) {
-		if (atomic_compare_exchange_weak_explicit(
-			    &f->flags, &v, v | bit, memory_order_acquire,
-			    memory_order_relaxed))
-			return true;
-	}
-	return false;
+	if (atomic_load_explicit(&f->flags, memory_order_relaxed) & bit)
+		return false;
+	return !(atomic_fetch_or_explicit(&f->flags, bit,
+					  memory_order_acquire) &
+		 bit);
 }
 
 static inline bool folio_lock_nowait(struct folio *f)

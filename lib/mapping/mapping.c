@@ -197,7 +197,7 @@ int64_t folio_mapping_size(const struct folio_mapping *m)
 	return (int64_t)atomic_load(&((struct folio_mapping *)m)->size);
 }
 
-void mapping_grow_eof(struct folio_mapping *m, uint64_t end)
+void mapping_raise_eof(struct folio_mapping *m, uint64_t end)
 {
 	uint64_t cur = atomic_load_explicit(&m->size, memory_order_relaxed);
 	while (cur < end &&
@@ -338,19 +338,7 @@ static struct folio *create_folio(struct folio_mapping *m, uint64_t pos,
 	}
 }
 
-/*
- * The last folio this thread found, with a pinned reference
- * (folio_hint_get()), and the id of its mapping. The reference keeps the
- * memory valid however the folio left its mapping meanwhile; the thread
- * drops it when it moves to another folio, frees the mapping, or exits
- * (hint_key's destructor).
- */
-static _Thread_local struct {
-	uint64_t id;
-	struct folio *folio;
-	bool pinned;
-	bool registered; /* hint_key is set, so the destructor runs */
-} folio_hint TLS_FAST;
+_Thread_local struct mapping_hint mapping_hint TLS_FAST;
 
 static pthread_key_t hint_key;
 static pthread_once_t hint_once = PTHREAD_ONCE_INIT;
@@ -360,10 +348,10 @@ static bool hint_key_ok;
  * index lock: it may be the last one). */
 static struct folio *hint_take(bool *pinned)
 {
-	struct folio *f = folio_hint.folio;
-	*pinned = folio_hint.pinned;
-	folio_hint.folio = NULL;
-	folio_hint.id = 0;
+	struct folio *f = mapping_hint.folio;
+	*pinned = mapping_hint.pinned;
+	mapping_hint.folio = NULL;
+	mapping_hint.id = 0;
 	return f;
 }
 
@@ -394,35 +382,29 @@ static struct folio *hint_set(struct folio_mapping *m, struct folio *f,
 			      bool adopt, bool *old_pinned)
 {
 	struct folio *old = hint_take(old_pinned);
-	if (!folio_hint.registered) {
+	if (!mapping_hint.registered) {
 		pthread_once(&hint_once, hint_key_create);
 		/* Without the key a thread that exits leaks its last
 		 * folio's memory; everything still works. */
-		folio_hint.registered =
+		mapping_hint.registered =
 			hint_key_ok &&
-			!pthread_setspecific(hint_key, &folio_hint);
+			!pthread_setspecific(hint_key, &mapping_hint);
 	}
-	folio_hint.pinned = adopt ? folio_hint_adopt(f) : folio_hint_get(f);
-	folio_hint.folio = f;
-	folio_hint.id = m->id;
+	mapping_hint.pinned = adopt ? folio_hint_adopt(f) : folio_hint_get(f);
+	mapping_hint.folio = f;
+	mapping_hint.pos = f->pos;
+	mapping_hint.size = folio_bytes(f);
+	mapping_hint.id = m->id;
 	return old;
 }
 
 void mapping_drop_hint(struct folio_mapping *m)
 {
-	if (folio_hint.folio && folio_hint.id == m->id) {
+	if (mapping_hint.folio && mapping_hint.id == m->id) {
 		bool pinned;
 		struct folio *f = hint_take(&pinned);
 		hint_release(f, pinned);
 	}
-}
-
-static void cache_count(struct folio_mapping *m, bool hit)
-{
-	struct mapping_cache_stripe *s =
-		&m->cache->stripe[brlock_thread_stripe()];
-	atomic_fetch_add_explicit(hit ? &s->hits : &s->misses, 1,
-				  memory_order_relaxed);
 }
 
 /*
@@ -476,19 +458,10 @@ static struct folio *create_charged(struct folio_mapping *m, uint64_t pos,
 		if (used) {
 			c->ops->added(c, m, f);
 			if (!quiet)
-				cache_count(m, false);
+				mapping_count_lookup(m, false);
 		}
 	}
 	return f;
-}
-
-/* The thread's hint when it is m's folio holding pos, else NULL. */
-static struct folio *hint_holding(const struct folio_mapping *m, uint64_t pos)
-{
-	struct folio *f = folio_hint.folio;
-	return f && folio_hint.id == m->id && pos - f->pos < folio_bytes(f)
-		       ? f
-		       : NULL;
 }
 
 struct folio *mapping_find_or_create_locked(
@@ -496,8 +469,10 @@ struct folio *mapping_find_or_create_locked(
 	struct mapping_cache_credit *credit, int *err)
 {
 	for (;;) {
-		struct folio *f = hint_holding(m, pos);
-		if (!f || folio_test_removed(f)) {
+		struct folio *f;
+		size_t off;
+		if (!mapping_hint_holding(m, pos, &f, &off) ||
+		    folio_test_removed(f)) {
 			bool old_pinned = false;
 			struct folio *old = NULL;
 			f = mapping_lookup(m, pos);
@@ -522,7 +497,7 @@ struct folio *mapping_find_or_create_locked(
 				folio_note_access(f);
 		}
 		if (m->cache)
-			cache_count(m, true);
+			mapping_count_lookup(m, true);
 		mapping_lock_folio(m, f);
 		if (!folio_test_removed(f))
 			return f;
@@ -535,49 +510,38 @@ struct folio *mapping_find_or_create_locked(
 struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos,
 				     bool sequential)
 {
-	struct folio *f = hint_holding(m, pos);
-	if (f) {
-		if (!folio_lock_nowait(f))
-			return NULL;
-		if (folio_test_removed(f)) {
-			folio_release(f);
-			return NULL;
-		}
-	} else {
-		/* Locked inside an epoch section, the folio's header cannot
-		 * go away before the lock is ours, and once it is, the folio
-		 * cannot leave the index without it: REMOVED says whether it
-		 * did before. No reference and no hint change is needed, so
-		 * a hot random reader writes nothing but the folio's lock
-		 * word. */
-		bool old_pinned = false;
-		struct folio *old = NULL;
-		unsigned ep = epoch_read_enter();
-		f = index_lookup(&m->index, mapping_key(m, pos));
-		if (f && !(folio_holds(f, pos) && folio_lock_nowait(f)))
-			f = NULL;
-		if (f && folio_test_removed(f)) {
-			folio_release(f);
-			f = NULL;
-		}
-		epoch_read_exit(ep);
-		/* The first use of a folio read ahead is its creator's use
-		 * (mapping_find_or_create_locked()): no access, and it
-		 * becomes the hint, as a folio the reader created would,
-		 * so that the reader's next small steps through it are no
-		 * accesses either (a sequential pass must not look hot).
-		 * Once per folio: random hits still change no hint. */
-		bool first = f && folio_test_ra_unread(f);
-		if (f && (first || sequential))
-			old = hint_set(m, f, false, &old_pinned);
-		hint_release(old, old_pinned);
-		if (!f)
-			return NULL;
-		if (m->cache && !first)
-			folio_note_access(f);
+	/* Locked inside an epoch section, the folio's header cannot go
+	 * away before the lock is ours, and once it is, the folio cannot
+	 * leave the index without it: REMOVED says whether it did before.
+	 * No reference and no hint change is needed, so a hot random reader
+	 * writes nothing but the folio's lock word. */
+	bool old_pinned = false;
+	struct folio *old = NULL;
+	unsigned ep = epoch_read_enter();
+	struct folio *f = index_lookup(&m->index, mapping_key(m, pos));
+	if (f && !(folio_holds(f, pos) && folio_lock_nowait(f)))
+		f = NULL;
+	if (f && folio_test_removed(f)) {
+		folio_release(f);
+		f = NULL;
 	}
+	epoch_read_exit(ep);
+	/* The first use of a folio read ahead is its creator's use
+	 * (mapping_find_or_create_locked()): no access, and it becomes the
+	 * hint, as a folio the reader created would, so that the reader's
+	 * next small steps through it are no accesses either (a sequential
+	 * pass must not look hot). Once per folio: random hits still change
+	 * no hint. */
+	bool first = f && folio_test_ra_unread(f);
+	if (f && (first || sequential))
+		old = hint_set(m, f, false, &old_pinned);
+	hint_release(old, old_pinned);
+	if (!f)
+		return NULL;
+	if (m->cache && !first)
+		folio_note_access(f);
 	if (m->cache)
-		cache_count(m, true);
+		mapping_count_lookup(m, true);
 	return f;
 }
 

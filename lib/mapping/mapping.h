@@ -284,8 +284,16 @@ static inline uint64_t mapping_read_end(struct folio_mapping *m)
 		   atomic_load_explicit(&m->stale_from, memory_order_acquire));
 }
 
-/* Raise EOF to at least `end` (concurrent writers race benignly). */
-void mapping_grow_eof(struct folio_mapping *m, uint64_t end);
+/* mapping_grow_eof() once EOF was seen below `end`. */
+void mapping_raise_eof(struct folio_mapping *m, uint64_t end);
+
+/* Raise EOF to at least `end` (concurrent writers race benignly).
+ * Inline: a write inside the object, the common case, only loads. */
+static inline void mapping_grow_eof(struct folio_mapping *m, uint64_t end)
+{
+	if (atomic_load_explicit(&m->size, memory_order_relaxed) < end)
+		mapping_raise_eof(m, end);
+}
 
 /* The cached folio holding pos, referenced, or NULL. Lock-free in the
  * common case (see mapping.c). */
@@ -304,6 +312,50 @@ struct mapping_cache_credit {
 	size_t need;
 };
 
+/* A lookup of m's cache hit or missed (m->cache is set). */
+static inline void mapping_count_lookup(struct folio_mapping *m, bool hit)
+{
+	struct mapping_cache_stripe *s =
+		&m->cache->stripe[brlock_thread_stripe()];
+	atomic_fetch_add_explicit(hit ? &s->hits : &s->misses, 1,
+				  memory_order_relaxed);
+}
+
+/*
+ * The last folio this thread found, with a pinned reference
+ * (folio_hint_get()), and the id of its mapping. The reference keeps the
+ * memory valid however the folio left its mapping meanwhile; the thread
+ * drops it when it moves to another folio, frees the mapping, or exits
+ * (a pthread key's destructor, mapping.c). Here so that the fast paths
+ * can check it inline.
+ */
+struct mapping_hint {
+	uint64_t id; /* 0: no hint (mapping ids start at 1) */
+	/* The folio's position and size (fixed while its header lives),
+	 * so that checking the hint reads nothing but this thread's own
+	 * line. */
+	uint64_t pos;
+	size_t size;
+	struct folio *folio;
+	bool pinned;
+	bool registered; /* the key is set, so the destructor runs */
+};
+extern _Thread_local struct mapping_hint mapping_hint TLS_FAST;
+
+/* Is the thread's hint m's folio holding pos? Then *f gets it and *off
+ * where pos is in it. */
+static inline bool mapping_hint_holding(const struct folio_mapping *m,
+					uint64_t pos, struct folio **f,
+					size_t *off)
+{
+	uint64_t o = pos - mapping_hint.pos;
+	if (mapping_hint.id != m->id || o >= mapping_hint.size)
+		return false;
+	*f = mapping_hint.folio;
+	*off = (size_t)o;
+	return true;
+}
+
 /*
  * The cached folio holding pos, locked without waiting, or NULL when it
  * is not cached or someone else holds its lock: the read and write fast
@@ -312,10 +364,29 @@ struct mapping_cache_credit {
  * found in the index becomes the thread's hint only with `sequential`
  * (the caller's next access is likely in it too: a random one would pay
  * for moving the hint and never use it) or on the first use of a folio
- * read ahead. Caller holds io_lock shared.
+ * read ahead. Caller holds io_lock shared. Looks in the index: callers
+ * first try the hint (mapping_hint_holding(), mapping_trylock_hint()),
+ * which most small sequential steps hit without a call.
  */
 struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos,
 				     bool sequential);
+
+/* mapping_trylock_cached() of the hint f that mapping_hint_holding() gave:
+ * the reference the hint pins keeps f valid, REMOVED under its lock says
+ * whether it is still m's. */
+static inline struct folio *mapping_trylock_hint(struct folio_mapping *m,
+						 struct folio *f)
+{
+	if (!folio_lock_nowait(f))
+		return NULL;
+	if (folio_test_removed(f)) {
+		folio_release(f);
+		return NULL;
+	}
+	if (m->cache)
+		mapping_count_lookup(m, true);
+	return f;
+}
 
 /* The engine may have lost what f's unstable blocks hold (a failed
  * flush): make them dirty again, with tags and counts (commit.c). */

@@ -215,7 +215,9 @@ static int prepare_write(struct folio_mapping *m, struct folio *f, size_t off,
 static int check_io_args(struct folio_mapping *m, const void *buf,
 			 size_t len, uint64_t pos)
 {
-	if (!m || (!buf && len))
+	/* Apart, and buf marked unlikely: compilers otherwise compute the
+	 * three tests branch-free on every call. */
+	if (!m || (__builtin_expect(!buf, 0) && len))
 		return -EINVAL;
 	if (pos >= FOLIO_MAX_POS || len > FOLIO_MAX_POS - pos)
 		return -EFBIG;
@@ -237,9 +239,10 @@ static void wait_stable(struct folio_mapping *m, struct folio *f)
  */
 static _Thread_local uint64_t dirtied_since_check TLS_FAST;
 
-/* Mark [off, off+len) dirty+uptodate after the bytes were copied in. */
-static void commit_write(struct folio_mapping *m, struct folio *f, size_t off,
-			 size_t len)
+/* The dirty+uptodate update of commit_write(), tagging the folio when it
+ * became dirty; returns the blocks that were clean before. */
+static size_t mark_written(struct folio_mapping *m, struct folio *f,
+			   size_t off, size_t len)
 {
 	size_t newly = 0;
 	int r;
@@ -255,38 +258,44 @@ static void commit_write(struct folio_mapping *m, struct folio *f, size_t off,
 		if (dirty_end < size)
 			folio_set_uptodate(f, dirty_end, size - dirty_end);
 		r = folio_dirty_counted(f, 0, dirty_end, true, &newly);
-	} else if (folio_single_dirty_uptodate(f)) {
-		/* A rewrite of a dirty block: nothing to update. Every path
-		 * that clears a mapping folio's dirty or uptodate state
-		 * (writeback taking it, truncate, invalidate, read errors)
-		 * holds the folio lock, which is ours, so the flags cannot
-		 * change before it is released. */
-		r = 0;
 	} else {
 		r = folio_dirty_counted(f, off, len, true, &newly);
 	}
 	if (r > 0 && (r & FOLIO_BECAME_DIRTY))
 		mapping_tag_dirty(m, f);
-	mapping_grow_eof(m, f->pos + off + len);
-	stat_add(&m->io_bytes[brlock_thread_stripe()].written, len);
-	if (m->cache && newly) {
+	return newly;
+}
+
+/*
+ * Mark the bytes [pos, pos+len) of f dirty+uptodate after they were
+ * copied in. Inline, with the update itself out of line: a rewrite of a
+ * dirty block (the common small write) skips it and costs no call.
+ */
+static inline __attribute__((always_inline)) void
+commit_write(struct folio_mapping *m, struct folio *f, uint64_t pos,
+	     size_t len)
+{
+	size_t newly = 0;
+	/* A rewrite of a dirty block needs no update. Every path that
+	 * clears a mapping folio's dirty or uptodate state (writeback
+	 * taking it, truncate, invalidate, read errors) holds the folio
+	 * lock, which is ours, so the flags cannot change before it is
+	 * released. Whole-folio tracking may have blocks past EOF to
+	 * settle, so it always updates. */
+	if ((m->flags & FOLIO_MAPPING_FOLIO_DIRTY) ||
+	    !folio_single_dirty_uptodate(f))
+		newly = mark_written(m, f, (size_t)(pos - f->pos), len);
+	mapping_grow_eof(m, pos + len);
+	if (newly && m->cache) {
 		uint64_t bytes = (uint64_t)newly << f->block_shift;
 		mapping_cache_account(m, (int64_t)bytes, 0, 0);
 		dirtied_since_check += bytes;
 	}
 }
 
-/*
- * Has this thread dirtied enough to look at its pool's thresholds, and
- * is the pool over its dirty limit (the writer must be throttled, which
- * it may only be holding no lock)? Above the background threshold the
- * flushers are kicked on the way, which never sleeps.
- */
-static bool over_dirty_limit(struct folio_mapping *m)
+/* over_dirty_limit() once this thread dirtied enough to look. */
+static bool dirty_limit_reached(struct mapping_cache *c)
 {
-	struct mapping_cache *c = m->cache;
-	if (!c || dirtied_since_check < c->ratelimit)
-		return false;
 	dirtied_since_check = 0;
 	int64_t total = mapping_cache_dirty_total(c);
 	if (total >= (int64_t)c->dirty_limit)
@@ -294,6 +303,20 @@ static bool over_dirty_limit(struct folio_mapping *m)
 	if (total >= (int64_t)c->dirty_background)
 		c->ops->kick(c);
 	return false;
+}
+
+/*
+ * Has this thread dirtied enough to look at its pool's thresholds, and
+ * is the pool over its dirty limit (the writer must be throttled, which
+ * it may only be holding no lock)? Above the background threshold the
+ * flushers are kicked on the way, which never sleeps.
+ * Inline: every write asks, and mostly one or two loads answer.
+ */
+static inline bool over_dirty_limit(struct folio_mapping *m)
+{
+	struct mapping_cache *c = m->cache;
+	return c && dirtied_since_check >= c->ratelimit &&
+	       dirty_limit_reached(c);
 }
 
 static void throttle(struct folio_mapping *m)
@@ -324,6 +347,12 @@ static _Thread_local struct {
 	uint64_t mapping_id, end;
 } last_write TLS_FAST;
 
+static inline bool continues_last_write(const struct folio_mapping *m,
+					uint64_t pos)
+{
+	return last_write.mapping_id == m->id && last_write.end == pos;
+}
+
 /*
  * The fast paths of read and write: copy [pos, pos+len) out of (or, with
  * `write`, into) cached folios that are uptodate over the part wanted, in
@@ -331,27 +360,34 @@ static _Thread_local struct {
  * safe against reclaim and truncate), until a folio is missing, busy or
  * not uptodate there: no request, no io_group, no engine. Returns the
  * bytes copied; the caller does the rest the ordinary way, which waits
- * for busy folios. `sequential`: see mapping_trylock_cached(). Caller
- * holds io_lock shared; a read has clamped len to EOF. Inlined into
- * each caller so that `write` costs no branch.
+ * for busy folios. Caller holds io_lock shared; a read has clamped len
+ * to EOF. Inlined into each caller so that `write` costs no branch.
  */
 static inline __attribute__((always_inline)) size_t
 copy_cached(struct folio_mapping *m, unsigned char *buf, size_t len,
-	    uint64_t pos, bool write, bool sequential)
+	    uint64_t pos, bool write)
 {
 	size_t done = 0;
 	while (done < len) {
 		uint64_t p = pos + done;
-		struct folio *f = mapping_trylock_cached(m, p, sequential);
+		struct folio *f;
+		size_t off;
+		/* Only a lookup in the index asks whether a write continues
+		 * the thread's last one (mapping_trylock_cached()): a write
+		 * within the hint's folio never looks. */
+		if (mapping_hint_holding(m, p, &f, &off))
+			f = mapping_trylock_hint(m, f);
+		else if ((f = mapping_trylock_cached(
+				  m, p, write && continues_last_write(m, pos))))
+			off = (size_t)(p - f->pos);
 		if (!f)
 			break;
-		size_t off = (size_t)(p - f->pos);
 		size_t n = MIN(len - done, folio_bytes(f) - off);
 		bool ok = folio_all_uptodate(f) ||
 			  folio_is_uptodate(f, off, n) == 1;
 		if (ok && write) {
 			memcpy(f->data + off, buf + done, n);
-			commit_write(m, f, off, n);
+			commit_write(m, f, p, n);
 		} else if (ok) {
 			memcpy(buf + done, f->data + off, n);
 			/* Readahead (readahead.c): see folio_mapping_read(). */
@@ -380,29 +416,23 @@ static size_t write_cached(struct folio_mapping *m, const unsigned char *src,
 {
 	if (m->flags & (FOLIO_MAPPING_FOLIO_DIRTY | FOLIO_MAPPING_STABLE_WRITES))
 		return 0;
-	bool sequential = last_write.mapping_id == m->id &&
-			  last_write.end == pos;
 	/* Only read from: copy_cached() copies into buf for reads alone. */
-	return copy_cached(m, (unsigned char *)src, len, pos, true,
-			   sequential);
+	return copy_cached(m, (unsigned char *)src, len, pos, true);
 }
 
-ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
-			    size_t len, uint64_t pos)
+/*
+ * The ordinary write path, from byte `done` on: per folio, find or create
+ * it, make its edges valid, copy and commit. Returns what the write
+ * returns: the bytes written in all, or the error that stopped it before
+ * any. Caller holds io_lock shared. Out of line so that the fast path's
+ * frame stays small.
+ */
+static __attribute__((noinline)) ssize_t
+write_folios(struct folio_mapping *m, const unsigned char *src, size_t len,
+	     uint64_t pos, size_t done)
 {
-	int err = check_io_args(m, buf, len, pos);
-	if (err)
-		return err;
-	if (!len)
-		return 0;
-	if (len > SSIZE_MAX)
-		len = SSIZE_MAX;
-
-	const unsigned char *src = buf;
-	size_t done = 0;
+	int err = 0;
 	struct mapping_cache_credit credit = {0, 0};
-	brlock_read_lock(&m->io_lock);
-	done = write_cached(m, src, len, pos);
 	while (done < len) {
 		uint64_t p = pos + done;
 		struct folio *f = mapping_find_or_create_locked(
@@ -432,7 +462,7 @@ ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
 		err = prepare_write(m, f, off, n, false);
 		if (!err) {
 			memcpy(f->data + off, src + done, n);
-			commit_write(m, f, off, n);
+			commit_write(m, f, p, n);
 			done += n;
 		}
 		folio_release(f);
@@ -441,13 +471,38 @@ ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
 		if (done < len)
 			throttle_between_folios(m);
 	}
-	brlock_read_unlock(&m->io_lock);
+	/* Under io_lock, as when create_charged() gives back what it did
+	 * not use: uncharging never waits. */
 	mapping_cache_credit_return(m, &credit);
+	return done ? (ssize_t)done : err;
+}
+
+ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
+			    size_t len, uint64_t pos)
+{
+	int err = check_io_args(m, buf, len, pos);
+	if (err)
+		return err;
+	if (!len)
+		return 0;
+	if (len > SSIZE_MAX)
+		len = SSIZE_MAX;
+
+	const unsigned char *src = buf;
+	unsigned stripe = brlock_thread_stripe();
+	brlock_read_lock_at(&m->io_lock, stripe);
+	ssize_t ret = (ssize_t)write_cached(m, src, len, pos);
+	if ((size_t)ret < len)
+		ret = write_folios(m, src, len, pos, (size_t)ret);
+	brlock_read_unlock_at(&m->io_lock, stripe);
+	size_t done = ret > 0 ? (size_t)ret : 0;
+	/* Once per call, as a read counts what it returned. */
+	stat_add(&m->io_bytes[stripe].written, done);
 	last_write.mapping_id = m->id;
 	last_write.end = pos + done;
 	if (over_dirty_limit(m))
 		throttle(m);
-	return done ? (ssize_t)done : err;
+	return ret;
 }
 
 ssize_t folio_mapping_write_begin(struct folio_mapping *m, uint64_t pos,
@@ -519,8 +574,11 @@ ssize_t folio_mapping_write_end(struct folio_mapping *m, struct folio *f,
 	 * that block, so the count stops at its start. */
 	if ((end & mask) && folio_is_uptodate(f, end & ~mask, 1) == 0)
 		end = MAX(off, end & ~mask);
-	if (end > off)
-		commit_write(m, f, off, end - off);
+	if (end > off) {
+		commit_write(m, f, pos, end - off);
+		stat_add(&m->io_bytes[brlock_thread_stripe()].written,
+			 end - off);
+	}
 	folio_unlock(f); /* clears WRITE_BEGIN with LOCKED */
 	folio_put(f);
 	return (ssize_t)(end - off);
@@ -572,7 +630,7 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 		len = 0;
 	else
 		len = (size_t)MIN((uint64_t)len, eof - pos);
-	done = copy_cached(m, dst, len, pos, false, false);
+	done = copy_cached(m, dst, len, pos, false);
 	/* Readahead (readahead.c) learns from every read the cache could
 	 * not serve, and may start reading beyond it before the read itself
 	 * locks anything. */
