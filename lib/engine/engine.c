@@ -25,6 +25,9 @@ int engine_create(struct folio_engine **out,
 		return r;
 	if (!ops->submit || !ops->flush || !ops->truncate)
 		return -EINVAL;
+	if (ops->sz >= SIZEOF_THROUGH(struct folio_engine_ops, caps) &&
+	    (ops->caps & ~(uint64_t)FOLIO_ENGINE_CAP_DURABLE))
+		return -EINVAL;
 	struct folio_engine *e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;

@@ -59,6 +59,19 @@ static inline int engine_flush(struct folio_engine *e)
 	return r;
 }
 
+/* Does the engine take FOLIO_IO_DURABLE writes? */
+static inline bool engine_has_durable(const struct folio_engine *e)
+{
+	return e->ops.caps & FOLIO_ENGINE_CAP_DURABLE;
+}
+
+/* A durable write failed: its barrier may have failed and dropped what
+ * the engine held, whoever wrote it, exactly as a failed flush(). */
+static inline void engine_durable_failed(struct folio_engine *e)
+{
+	atomic_fetch_add(&e->flush_failures, 1);
+}
+
 static inline int engine_truncate(struct folio_engine *e, uint64_t size)
 {
 	return engine_result(e->ops.truncate(e->ctx, size));
