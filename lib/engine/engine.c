@@ -89,8 +89,11 @@ void io_group_done(struct io_group *g, int error)
 		int none = 0;
 		atomic_compare_exchange_strong(&g->error, &none, error);
 	}
-	if (atomic_fetch_sub_explicit(&g->pending, 1, memory_order_acq_rel) ==
-	    1)
+	/* Only a waiter that went to sleep needs the system call; most
+	 * waits end with the waiter reaping the last completion itself. */
+	unsigned old = atomic_fetch_sub_explicit(&g->pending, 1,
+						 memory_order_acq_rel);
+	if (old == (IO_GROUP_SLEEPER | 1u))
 		futex_wake_all(&g->pending);
 }
 
@@ -129,14 +132,20 @@ int engine_wait_until(struct folio_engine *e, bool (*done)(void *arg),
 static bool group_done(void *arg)
 {
 	struct io_group *g = arg;
-	return !atomic_load_explicit(&g->pending, memory_order_acquire);
+	return !(atomic_load_explicit(&g->pending, memory_order_acquire) &
+		 ~IO_GROUP_SLEEPER);
 }
 
 static void group_sleep(void *arg, const struct timespec *t)
 {
 	struct io_group *g = arg;
-	unsigned v = atomic_load_explicit(&g->pending, memory_order_acquire);
-	if (v)
+	/* The mark and the count share one word, so the last completion
+	 * either sees the mark or leaves a count of zero for the futex to
+	 * refuse the sleep on. */
+	unsigned v = atomic_fetch_or_explicit(&g->pending, IO_GROUP_SLEEPER,
+					      memory_order_acq_rel) |
+		     IO_GROUP_SLEEPER;
+	if (v != IO_GROUP_SLEEPER)
 		futex_wait_for(&g->pending, v, t);
 }
 

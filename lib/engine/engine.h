@@ -93,9 +93,12 @@ struct engine_io {
  * last request is submitted.
  */
 struct io_group {
-	atomic_uint pending;
+	atomic_uint pending; /* count, and IO_GROUP_SLEEPER */
 	atomic_int error; /* first error seen, 0 if none */
 };
+
+/* In io_group.pending: the waiter may be asleep on the futex. */
+#define IO_GROUP_SLEEPER 0x80000000u
 
 void io_group_init(struct io_group *g);
 void io_group_add(struct io_group *g);

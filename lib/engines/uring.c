@@ -452,9 +452,13 @@ static int uring_reap(struct ushard *s, bool block)
 
 	s->reaper = true;
 	if (block) {
+		/* A durable write at the head completes with its second
+		 * CQE: waking for the first would cost a round. */
+		const struct ureq *h = s->inflight[FOLIO_IO_WRITE].head;
+		unsigned want = h && h->cqes == 2 && s->in_kernel >= 2 ? 2 : 1;
 		pthread_mutex_unlock(&s->lock);
 		do
-			err = io_uring_wait_cqe(&s->ring, &cqes[0]);
+			err = io_uring_wait_cqe_nr(&s->ring, &cqes[0], want);
 		while (err == -EINTR || err == -EAGAIN || err == -ETIME);
 		pthread_mutex_lock(&s->lock);
 		if (err) {
@@ -606,7 +610,14 @@ static int uring_wait(void *arg)
 		ret = 0;
 	bool mine = s->nreq > engine_own_of(&uring_own, s);
 	if (!ret && mine && s->in_kernel && !s->reaper && may_reap(s)) {
-		int r = uring_reap(s, true);
+		/* Until a request completes: a round may bring only the
+		 * first CQE of a durable write, and returning then would
+		 * send the caller to sleep for its backoff. */
+		int r;
+		do
+			r = uring_reap(s, true);
+		while (!r && s->in_kernel && !s->reaper &&
+		       s->nreq > engine_own_of(&uring_own, s));
 		pthread_mutex_unlock(&s->lock);
 		return r < 0 ? r : 0;
 	}
