@@ -97,6 +97,7 @@ struct ureq {
 	 * (two CQEs), or the fsync alone once the data is all written. */
 	bool durable;
 	bool sync_only;          /* this round is the fsync alone */
+	bool linked;             /* this round is the write + fsync pair */
 	unsigned cqes;           /* CQEs of this round still to come */
 	int wres, sres;          /* this round's write and fsync results */
 };
@@ -293,7 +294,11 @@ static void prep_datasync(struct ushard *s, struct io_uring_sqe *sqe,
 /* Put the rest of request r into the ring, or return false (lock held). */
 static bool uring_queue_locked(struct ushard *s, struct ureq *r)
 {
-	unsigned nsqe = !r->durable ? 1 : r->sync_only ? 1 : 2;
+	/* A ring of one SQE cannot hold the pair: there the write goes
+	 * alone and its fsync follows in a round of its own. */
+	r->linked = r->durable && !r->sync_only &&
+		    s->ring.sq.ring_entries >= 2;
+	unsigned nsqe = r->linked ? 2 : 1;
 	if (!uring_room_locked(s, nsqe))
 		return false;
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
@@ -312,7 +317,7 @@ static bool uring_queue_locked(struct ushard *s, struct ureq *r)
 	else
 		io_uring_prep_writev(sqe, fd, r->iov, n, off);
 	io_uring_sqe_set_data(sqe, r);
-	if (r->durable) {
+	if (r->linked) {
 		/* The kernel starts the fsync only once the write completed
 		 * in full; a failed or short write cancels it. */
 		io_uring_sqe_set_flags(sqe, IOSQE_IO_LINK);
@@ -400,6 +405,10 @@ static enum cqe_action ureq_durable_cqe(const struct uring_ctx *c,
 		enum cqe_action a = ureq_rw_cqe(c, r, r->wres);
 		if (a != CQE_DONE || r->result != (ssize_t)r->io->len)
 			return a;
+		if (!r->linked) {
+			r->sync_only = true;
+			return CQE_AGAIN;
+		}
 	}
 	if (retryable(r, r->sres)) {
 		r->sync_only = true;

@@ -51,6 +51,7 @@ static ssize_t mem_plan(struct mem_ctx *c, const struct folio_io *io)
 		c->st.read_requests++;
 	else
 		c->st.write_requests++;
+	c->st.durable_writes += engine_io_durable(io);
 	if (c->powered_off)
 		return -EIO; /* no device answers */
 	if (!mem_directed(c, io)) {
