@@ -748,8 +748,12 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  * whose only misalignment is the end of its last segment (see
  * FOLIO_ENGINE_DIRECT_ALIGN); a direct read
  * that ends past end of file is zero-filled like any other. A request
- * with an unknown op, iovecs that do not add up to len, or a range past
- * FOLIO_MAX_POS is refused with -EINVAL. flush() is fdatasync() and
+ * with an unknown op, flags other than FOLIO_EXTENT_* and FOLIO_IO_DURABLE
+ * (or FOLIO_IO_DURABLE on a read), iovecs that do not add up to len, or a
+ * range past FOLIO_MAX_POS is refused with -EINVAL. The engine takes
+ * durable writes (FOLIO_ENGINE_CAP_DURABLE): after a full write, submit()
+ * runs flush() before it completes the request (its error is the
+ * result); a short or failed write runs none. flush() is fdatasync() and
  * truncate() is ftruncate() (-EINVAL past FOLIO_MAX_POS); both return
  * -errno on failure. There is no wait(): nothing is ever in flight once
  * submit() has returned.
@@ -817,7 +821,15 @@ FOLIO_EXPORT int folio_engine_posix(struct folio_engine **out, int fd,
  * are retried; other errors complete the request with the error, or with
  * the bytes already transferred when there were some (a short transfer).
  * Refusals as for posix (-EINVAL), plus -ENOMEM and -ESHUTDOWN while the
- * engine is being freed. Completions are delivered by whichever thread
+ * engine is being freed. A FOLIO_IO_DURABLE write (the engine sets
+ * FOLIO_ENGINE_CAP_DURABLE) goes in as the writev SQE linked
+ * (IOSQE_IO_LINK) to an IORING_FSYNC_DATASYNC fsync in the same
+ * submission, two SQEs and two CQEs (a depth-1 ring, whose SQ holds one,
+ * sends the fsync after the write completed); a short or failed write
+ * cancels the fsync, the rest goes in again with a new one, and a request
+ * that ends short or failed is completed so, without a barrier; a
+ * cancelled or interrupted fsync alone is retried; a failed fsync is the
+ * request's result. Completions are delivered by whichever thread
  * reaps them (a wait(), flush() or truncate() caller, or the completion
  * thread) and never under an engine lock, so a completion may submit.
  * flush() waits for every write the calling thread submitted before it,
