@@ -618,8 +618,8 @@ struct folio_engine_ops {
 	 * call. On failure return -errno: the library then treats everything
 	 * it wrote since the last successful flush as possibly lost and
 	 * writes it again. Called by sync with no library lock held. Flushes
-	 * of one mapping are never concurrent (two mappings over one engine
-	 * may flush at once). */
+	 * of one engine are never concurrent (the library counts a failed
+	 * one before it lets the next run). */
 	int (*flush)(void *ctx);
 	/* Required. Resize the backing object: bytes past @size are gone and
 	 * a later grow reads zeros there. Called by folio_mapping_truncate(),
@@ -1560,6 +1560,17 @@ struct folio_pool_stats {
 	 * metadata_bytes; about 64 KiB per data size class in use per
 	 * thread at most. */
 	uint64_t thread_cache_bytes;
+	/* Added later. The library allocator's own resident pages, for the
+	 * whole process: the headers describing each 2 MiB chunk of folio
+	 * memory (12 KiB a chunk), the unused rest of pages that hold small
+	 * objects (folio headers among them), free folio memory that keeps
+	 * its pages for reuse (at most about 2 MiB inside chunks in use, and
+	 * up to two wholly free 2 MiB chunks). Outside every budget, like
+	 * metadata_bytes, which counts objects, not the pages they sit in.
+	 * cached_bytes + metadata_bytes + thread_cache_bytes +
+	 * allocator_bytes is what the library's memory costs in RSS when
+	 * this pool is the process's only one. */
+	uint64_t allocator_bytes;
 };
 
 /**
@@ -1590,10 +1601,12 @@ FOLIO_EXPORT int folio_pool_stats(struct folio_pool *p,
  * same policy as reclaim for room, until @bytes were given back. When
  * unstable data keeps it short, the engines holding it are flushed (then
  * it is reclaimable); dirty data is not written for it. Whole folios go,
- * so the last one may take the count past @bytes.
+ * so the last one may take the count past @bytes. Then the library's
+ * allocator gives the kernel the pages of its free memory (the calling
+ * thread's cache of free folios included), so RSS drops at once.
  *
  * Context: any thread, any time, holding no write_begin() folio of the
- * pool's mappings; may run engine flushes.
+ * pool's mappings; may run engine flushes and madvise().
  * Return: the bytes given back (0 for @bytes 0); -EINVAL for NULL @p.
  */
 FOLIO_EXPORT int64_t folio_pool_shrink(struct folio_pool *p, uint64_t bytes);

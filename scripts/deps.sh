@@ -4,7 +4,7 @@
 set -euo pipefail
 
 FOLIO_PACKAGES=(meson ninja-build pkg-config gcc g++ clang libclang-rt-14-dev
-                libcmocka-dev liburing-dev valgrind gnuplot-nox python3
+                libcmocka-dev liburing-dev liburcu-dev valgrind gnuplot-nox python3
                 fuse3 libfuse3-dev sqlite3 fio git)
 
 missing=()

@@ -212,6 +212,14 @@ static void test_every_class(void **state)
 	struct alloc_stats st = stats_of(a);
 	assert_true(st.chunks >= 2);
 	assert_int_equal(st.huge_blocks, enough_of(ALLOC_NCLASSES - 1));
+	/* Slab objects are counted by their class size, and the slab pages
+	 * holding them are at least as large. */
+	size_t in_slabs = 0;
+	for (size_t i = 0; i < n; i++)
+		if (objs[i].cls < ALLOC_NSLAB)
+			in_slabs += objs[i].size;
+	assert_int_equal(st.slab_object_bytes, in_slabs);
+	assert_true(st.slab_bytes >= st.slab_object_bytes);
 	/* The contents survived every later allocation. */
 	for (size_t i = 0; i < n; i++) {
 		unsigned char want = (unsigned char)(i & 0xff);
@@ -228,6 +236,7 @@ static void test_every_class(void **state)
 	assert_int_equal(st.data_bytes, 0);
 	assert_int_equal(st.meta_bytes, 0);
 	assert_int_equal(st.slab_bytes, 0);
+	assert_int_equal(st.slab_object_bytes, 0);
 	assert_int_equal(st.spare_chunks, ALLOC_SPARE_MAX);
 	assert_int_equal(fx->mock.mapped, ALLOC_SPARE_MAX * ALLOC_CHUNK_SIZE);
 	free(objs);
@@ -374,6 +383,70 @@ static bool all_zero(const char *p, size_t n)
 			return false;
 	return true;
 }
+
+/* Fragmenting frees (every other 64 KiB block of several chunks: no hole
+ * merges) keep at most about ALLOC_FREE_RESIDENT_MAX of free memory
+ * resident; the rest goes back to the kernel and comes out again zeroed.
+ * The count the arena keeps matches what mincore() sees. */
+static size_t resident_pages(const char *p, size_t len)
+{
+	unsigned char vec[16];
+	assert_true(len / 4096 <= sizeof(vec));
+	assert_int_equal(mincore((void *)p, len, vec), 0);
+	size_t n = 0;
+	for (size_t i = 0; i < len / 4096; i++)
+		n += vec[i] & 1;
+	return n;
+}
+
+static void test_free_resident_bound(void **state)
+{
+	struct fixture *fx = *state;
+	struct alloc_arena *a = &fx->arena;
+	const unsigned c64k = alloc_data_class(64 * KIB);
+	enum { N = 160 }; /* six chunks */
+	char *b[N];
+	for (int i = 0; i < N; i++) {
+		b[i] = alloc_obj(a, NULL, c64k, NULL);
+		assert_non_null(b[i]);
+		memset(b[i], 0x3c, 64 * KIB);
+	}
+	assert_int_equal(stats_of(a).free_resident_bytes, 0);
+	size_t freed = 0;
+	for (int i = 0; i < N; i += 2) {
+		alloc_obj_free(a, NULL, c64k, b[i]);
+		freed += 64 * KIB;
+		size_t fr = stats_of(a).free_resident_bytes;
+		assert_true(fr <= ALLOC_FREE_RESIDENT_MAX);
+		assert_true(fr <= freed);
+	}
+	assert_true(freed > 2 * ALLOC_FREE_RESIDENT_MAX);
+	size_t resident = 0;
+	for (int i = 0; i < N; i += 2)
+		resident += resident_pages(b[i], 64 * KIB) * 4096;
+	assert_int_equal(resident, stats_of(a).free_resident_bytes);
+	/* Reuse: blocks given back come out zeroed and say so. */
+	unsigned zeroed = 0;
+	for (int i = 0; i < N; i += 2) {
+		bool z = false;
+		b[i] = alloc_obj(a, NULL, c64k, &z);
+		assert_non_null(b[i]);
+		if (z) {
+			zeroed++;
+			assert_true(all_zero(b[i], 64 * KIB));
+		}
+		memset(b[i], 0x5a, 64 * KIB);
+	}
+	assert_true(zeroed * 64 * KIB >= freed - ALLOC_FREE_RESIDENT_MAX);
+	assert_int_equal(stats_of(a).free_resident_bytes, 0);
+	for (int i = 0; i < N; i++)
+		alloc_obj_free(a, NULL, c64k, b[i]);
+	/* Chunks wholly free leave the count (spares are reported apart). */
+	struct alloc_stats st = stats_of(a);
+	assert_int_equal(st.chunks, 0);
+	assert_int_equal(st.free_resident_bytes, 0);
+}
+
 
 static void test_zeroed(void **state)
 {
@@ -683,6 +756,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_chunks_unmapped, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_zeroed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_free_resident_bound, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_tcache_batches, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_map_failure, setup, teardown),

@@ -29,6 +29,8 @@
 #include <cmocka.h>
 
 #include "folio_state.h"
+#include "base/epoch.h"
+#include "folio/folio.h"
 #include "test_util.h"
 
 #define MAX_BLOCKS 4096u
@@ -1147,6 +1149,103 @@ static void test_lock_and_writeback(void **state)
 	folio_put(f);
 }
 
+/* Speculative references (lock-free lookups) and the reclaim's freeze. */
+static void test_try_get_and_freeze(void **state)
+{
+	(void)state;
+	struct folio *f;
+	assert_int_equal(folio_new(&f, 0, 16384, 4096), 0);
+	/* One reference (the creator's): a try-get succeeds. */
+	assert_true(folio_try_get(f));
+	assert_int_equal(folio_unpinned_refs(f), 2);
+	/* A hint pin does not count; a freeze wants the others exactly. */
+	bool pinned = folio_hint_get(f);
+	assert_true(pinned);
+	assert_int_equal(folio_unpinned_refs(f), 2);
+	assert_false(folio_ref_freeze(f, 1));
+	assert_false(folio_ref_freeze(f, 3));
+	assert_true(folio_ref_freeze(f, 2));
+	/* Frozen: no try-get, but plain references still move. */
+	assert_false(folio_try_get(f));
+	folio_hint_put(f, pinned);
+	assert_false(folio_try_get(f));
+	folio_ref_unfreeze(f);
+	assert_int_equal(folio_unpinned_refs(f), 2);
+	assert_true(folio_try_get(f));
+	folio_put(f);
+	/* A hint that adopts a reference adds none. */
+	assert_true(folio_try_get(f));
+	pinned = folio_hint_adopt(f);
+	assert_int_equal(folio_unpinned_refs(f), 2);
+	folio_hint_put(f, pinned);
+	folio_put(f);
+	assert_int_equal(folio_unpinned_refs(f), 1);
+	/* Dying (its last reference gone while a lookup still sees the
+	 * header): a try-get fails. The header of a folio that left an
+	 * index waits for a grace period, so the look below is legal
+	 * (ASan poisons a freed header). */
+	folio_mark_removed(f);
+	folio_put(f);
+	assert_false(folio_try_get(f));
+	epoch_barrier();
+}
+
+/* Unstable blocks are released by a flush that began after their writes
+ * completed (epochs) and counted no failed flush their writes were not
+ * submitted under; a failure counted since makes the flush report them
+ * lost and change nothing. Stamps compare modulo 2^32. */
+static void test_unstable_stamps(void **state)
+{
+	(void)state;
+	static const struct { size_t size, bs; } geo[] = {
+		{4096, 4096}, {65536, 4096}};
+	for (size_t g = 0; g < 2; g++) {
+		struct folio *f;
+		assert_int_equal(folio_new(&f, 0, geo[g].size, geo[g].bs), 0);
+		size_t n;
+		const uint64_t base = 0xfffffff0ull; /* crosses 2^32 */
+		assert_int_equal(folio_mark_unstable(f, 0, 4096, base + 3,
+						     base + 1, &n),
+				 FOLIO_BECAME_UNSTABLE);
+		/* A second write, submitted after a failure, completing
+		 * later: the oldest count and the newest epoch stay. */
+		assert_int_equal(folio_mark_unstable(f, 0, geo[g].bs,
+						     base + 20, base + 17, &n),
+				 0);
+		size_t released = 99;
+		/* A flush that began before the newest completion. */
+		assert_int_equal(folio_stabilize(f, base + 19, base + 1,
+						 &released),
+				 FOLIO_STABLE_LEFT);
+		assert_int_equal(released, 0);
+		/* One that counted a failure the first write was not
+		 * submitted under (also with the count past 2^32). */
+		assert_int_equal(folio_stabilize(f, base + 25, base + 2,
+						 &released),
+				 FOLIO_STABLE_LOST);
+		assert_int_equal(released, 0);
+		assert_true(folio_test_unstable(f));
+		assert_int_equal(folio_stabilize(f, base + 25, base + 0x20,
+						 &released),
+				 FOLIO_STABLE_LOST);
+		/* The one that proves them durable. */
+		assert_int_equal(folio_stabilize(f, base + 20, base + 1,
+						 &released),
+				 0);
+		assert_int_equal(released, 1);
+		assert_false(folio_test_unstable(f));
+		/* Stamps start afresh once nothing is unstable. */
+		assert_int_equal(folio_mark_unstable(f, 0, 4096, base + 30,
+						     base + 40, &n),
+				 FOLIO_BECAME_UNSTABLE);
+		assert_int_equal(folio_stabilize(f, base + 30, base + 40,
+						 &released),
+				 0);
+		assert_int_equal(released, 1);
+		folio_put(f);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1156,10 +1255,12 @@ int main(void)
 		cmocka_unit_test(test_rounding),
 		cmocka_unit_test(test_transitions),
 		cmocka_unit_test(test_dirty_keeps_uptodate),
+		cmocka_unit_test(test_unstable_stamps),
 		cmocka_unit_test(test_word_boundaries),
 		cmocka_unit_test(test_bad_ranges),
 		cmocka_unit_test(test_bad_next_and_take),
 		cmocka_unit_test(test_refcount),
+		cmocka_unit_test(test_try_get_and_freeze),
 		cmocka_unit_test(test_lock_and_writeback),
 		cmocka_unit_test(test_model_one_block_every_byte),
 		cmocka_unit_test(test_model_small),

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -38,7 +39,16 @@ static void *fake(uint64_t n)
 	return (void *)(uintptr_t)((n + 1) << 4);
 }
 
+/* Without index_tag_drop() no stale bit can exist: the strict check. */
 static void check_verify(const struct index_tree *idx)
+{
+	int err = index_verify_pruned(idx);
+	if (err)
+		fail_msg("index_verify_pruned failed at index.c line %d", -err);
+}
+
+/* With drops: the invariants that always hold. */
+static void check_verify_loose(const struct index_tree *idx)
 {
 	int err = index_verify(idx);
 	if (err)
@@ -389,6 +399,65 @@ static void test_enomem(void **state)
 	index_destroy(&idx);
 }
 
+static struct index_node *node_of(const struct index_tree *idx,
+				  uint64_t first, unsigned order);
+
+/* Lock-free drops leave stale bits above, which only cost finds time
+ * until a prune; lock-free sets go through `up` or fall back. */
+static void test_drop_prune(void **state)
+{
+	struct index_tree idx;
+	uint64_t k1 = 5, k2 = (UINT64_C(1) << 18) + 7; /* separate subtrees */
+	index_init(&idx);
+	assert_int_equal(index_insert(&idx, k1, 0, fake(1)), 0);
+	assert_int_equal(index_insert(&idx, k2, 0, fake(2)), 0);
+	struct index_node *n1 = node_of(&idx, k1, 0);
+	struct index_node *n2 = node_of(&idx, k2, 0);
+	assert_ptr_not_equal(n1, n2);
+
+	/* Nothing above n2 carries DIRTY yet: the fast set must say so. */
+	assert_false(index_tag_set_fast(n2, k2, 0, INDEX_TAG_DIRTY));
+	assert_int_equal(index_tag_set(&idx, k2, 0, INDEX_TAG_DIRTY), 0);
+	check_verify(&idx);
+	/* Now it is a single RMW. */
+	index_tag_drop(n2, k2, 0, INDEX_TAG_DIRTY);
+	assert_true(index_tag_set_fast(n2, k2, 0, INDEX_TAG_DIRTY));
+	assert_true(index_tag_get(&idx, k2, INDEX_TAG_DIRTY));
+	check_verify(&idx);
+
+	index_tag_drop(n2, k2, 0, INDEX_TAG_DIRTY);
+	index_tag_drop(n1, k1, 0, INDEX_TAG_DIRTY); /* was not set */
+	assert_false(index_tag_get(&idx, k2, INDEX_TAG_DIRTY));
+	uint64_t key = 0;
+	assert_null(index_find_tagged(&idx, &key, UINT64_MAX, INDEX_TAG_DIRTY,
+				      NULL));
+	/* Stale: the root still says DIRTY, the strict check sees it. */
+	assert_true(index_any_tagged(&idx, INDEX_TAG_DIRTY));
+	check_verify_loose(&idx);
+	assert_int_not_equal(index_verify_pruned(&idx), 0);
+
+	/* A prune of another range or tag leaves them; of this one, not. */
+	index_tag_prune(&idx, 0, (UINT64_C(1) << 18) - 1, 1u << INDEX_TAG_DIRTY);
+	index_tag_prune(&idx, 0, UINT64_MAX, 1u << INDEX_TAG_WRITEBACK);
+	assert_true(index_any_tagged(&idx, INDEX_TAG_DIRTY));
+	index_tag_prune(&idx, k2, k2, 1u << INDEX_TAG_DIRTY);
+	check_verify(&idx);
+	assert_false(index_any_tagged(&idx, INDEX_TAG_DIRTY));
+	/* The prune took `up` away: the next fast set falls back. */
+	assert_false(index_tag_set_fast(n2, k2, 0, INDEX_TAG_DIRTY));
+	assert_int_equal(index_tag_set(&idx, k2, 0, INDEX_TAG_DIRTY), 0);
+	check_verify(&idx);
+
+	/* Removing the other entry prunes on its way up, keeping n2's. */
+	assert_ptr_equal(index_remove(&idx, k1, 0), fake(1));
+	check_verify(&idx);
+	assert_true(index_tag_get(&idx, k2, INDEX_TAG_DIRTY));
+	assert_ptr_equal(index_remove(&idx, k2, 0), fake(2));
+	check_verify(&idx);
+	assert_null(idx.root);
+	index_destroy(&idx);
+}
+
 /* ---- randomized model test -------------------------------------------- */
 
 struct rec {
@@ -530,6 +599,56 @@ static void check_window(const struct index_tree *idx, const struct model *m,
 	}
 }
 
+/* The node holding the entry [first, first + 2^order), from a batch find
+ * of every entry. */
+static struct index_node *node_of(const struct index_tree *idx,
+				  uint64_t first, unsigned order)
+{
+	struct index_hit h;
+	uint64_t key = first;
+	assert_int_equal(index_find_tagged_batch(idx, &key, first, -1, &h, 1),
+			 1);
+	assert_int_equal(h.first, first);
+	assert_int_equal(h.order, order);
+	return h.node;
+}
+
+/* Batch finds of up to `max` must return what single finds return. */
+static void check_batch(const struct index_tree *idx, uint64_t start,
+			uint64_t last, int tag, unsigned max)
+{
+	struct index_hit h[8];
+	uint64_t bkey = start, skey = start;
+	for (;;) {
+		unsigned n = index_find_tagged_batch(idx, &bkey, last, tag, h,
+						     max);
+		assert_true(n <= max);
+		for (unsigned i = 0; i < n; i++) {
+			unsigned order;
+			void *e = tag < 0 ? index_find(idx, &skey, last, &order)
+					  : index_find_tagged(idx, &skey, last,
+							      (unsigned)tag,
+							      &order);
+			assert_ptr_equal(h[i].entry, e);
+			assert_int_equal(h[i].first, skey);
+			assert_int_equal(h[i].order, order);
+			skey += SPAN(order);
+		}
+		if (!n) {
+			unsigned order;
+			void *e = skey > last || (skey == 0 && start) ? NULL
+				  : tag < 0 ? index_find(idx, &skey, last, &order)
+				  : index_find_tagged(idx, &skey, last,
+						      (unsigned)tag, &order);
+			assert_null(e);
+			return;
+		}
+		if (bkey == 0 || bkey > last)
+			return;
+		assert_int_equal(bkey, skey);
+	}
+}
+
 static void test_model(void **state)
 {
 	uint64_t rng = test_seed("index_model");
@@ -621,6 +740,8 @@ static void test_model(void **state)
 			int tag = (int)test_rand_below(&rng,
 						       INDEX_TAG_COUNT + 1) - 1;
 			check_window(&idx, &m, start, last, tag);
+			check_batch(&idx, start, last, tag,
+				    1 + (unsigned)test_rand_below(&rng, 8));
 			counts[4]++;
 		} else if (r < 88) {
 			if (!m.n)
@@ -628,9 +749,16 @@ static void test_model(void **state)
 			size_t i = test_rand_below(&rng, m.n);
 			unsigned t = (unsigned)test_rand_below(&rng,
 							       INDEX_TAG_COUNT);
-			assert_int_equal(index_tag_set(&idx, m.r[i].first,
-						       m.r[i].order, t), 0);
-			m.r[i].tags |= 1u << t;
+			struct rec *rc = &m.r[i];
+			/* Half through the node, as writeback does. */
+			if (test_rand_below(&rng, 2) ||
+			    !index_tag_set_fast(node_of(&idx, rc->first,
+							rc->order),
+						rc->first, rc->order, t))
+				assert_int_equal(index_tag_set(&idx, rc->first,
+							       rc->order, t),
+						 0);
+			rc->tags |= 1u << t;
 			counts[5]++;
 		} else if (r < 97) {
 			if (!m.n)
@@ -638,9 +766,18 @@ static void test_model(void **state)
 			size_t i = test_rand_below(&rng, m.n);
 			unsigned t = (unsigned)test_rand_below(&rng,
 							       INDEX_TAG_COUNT);
-			assert_int_equal(index_tag_clear(&idx, m.r[i].first,
-							 m.r[i].order, t), 0);
-			m.r[i].tags &= ~(1u << t);
+			struct rec *rc = &m.r[i];
+			if (test_rand_below(&rng, 2)) {
+				assert_int_equal(index_tag_clear(&idx, rc->first,
+								 rc->order, t),
+						 0);
+			} else {
+				index_tag_drop(node_of(&idx, rc->first,
+						       rc->order),
+					       rc->first, rc->order, t);
+				counts[7]++;
+			}
+			rc->tags &= ~(1u << t);
 			counts[6]++;
 		} else {
 			/* Tag calls on ranges that are not an entry. */
@@ -654,25 +791,43 @@ static void test_model(void **state)
 			assert_int_equal(index_tag_clear(&idx, first, order, 1),
 					 -ENOENT);
 		}
+		if (op % 97 == 0) {
+			/* Prune part of the key space: what stays tagged
+			 * must still be found. */
+			uint64_t a = rand_key(&rng);
+			uint64_t z = a + test_rand_below(&rng, 1u << 14);
+			index_tag_prune(&idx, a, z < a ? UINT64_MAX : z,
+					(unsigned)test_rand_below(&rng, 8));
+			check_verify_loose(&idx);
+		}
 		if (op % 512 == 0 || op == ops - 1) {
-			check_verify(&idx);
+			check_verify_loose(&idx);
+			bool pruned = test_rand_below(&rng, 2);
+			if (pruned) {
+				index_tag_prune(&idx, 0, UINT64_MAX,
+						(1u << INDEX_TAG_COUNT) - 1);
+				check_verify(&idx);
+			}
 			assert_int_equal(index_count(&idx), m.n);
 			for (unsigned t = 0; t < INDEX_TAG_COUNT; t++) {
 				bool any = false;
 				for (size_t i = 0; i < m.n; i++)
 					any |= (m.r[i].tags >> t) & 1;
-				assert_int_equal(index_any_tagged(&idx, t), any);
+				/* Stale bits may say yes until pruned. */
+				if (pruned || any)
+					assert_int_equal(
+						index_any_tagged(&idx, t), any);
 				check_window(&idx, &m, 0, UINT64_MAX, (int)t);
 			}
 			check_window(&idx, &m, 0, UINT64_MAX, -1);
 		}
 	}
 	printf("# model: %u inserted, %u EEXIST, %u EINVAL, %u removed, "
-	       "%u windows, %u tag sets, %u tag clears; %zu entries, %zu "
-	       "nodes at the end\n",
+	       "%u windows, %u tag sets, %u tag clears (%u drops); %zu "
+	       "entries, %zu nodes at the end\n",
 	       counts[0], counts[1], counts[2], counts[3], counts[4],
-	       counts[5], counts[6], m.n, index_node_count(&idx));
-	assert_true(counts[0] > 100 && counts[1] > 100);
+	       counts[5], counts[6], counts[7], m.n, index_node_count(&idx));
+	assert_true(counts[0] > 100 && counts[1] > 100 && counts[7] > 100);
 
 	/* Drain in random order; the tree must vanish. */
 	while (m.n) {
@@ -681,7 +836,7 @@ static void test_model(void **state)
 				 m.r[i].entry);
 		model_delete(&m, i);
 		if (m.n % 256 == 0)
-			check_verify(&idx);
+			check_verify_loose(&idx);
 	}
 	assert_int_equal(index_node_count(&idx), 0);
 	assert_null(idx.root);
@@ -706,6 +861,7 @@ struct tentry {
 #define T_ENTRIES 2048u
 #define T_READERS 3
 #define T_TAGGERS 2
+#define T_LOCKLESS 2
 
 struct tshared {
 	struct index_tree idx;
@@ -716,6 +872,25 @@ struct tshared {
 	unsigned iters;
 	uint64_t seed;
 };
+
+/* An empty index and its lock; returns the test's random state. */
+static uint64_t tshared_init(struct tshared *s, const char *name,
+			     unsigned iters)
+{
+	assert_non_null(s);
+	s->seed = test_seed(name);
+	s->iters = iters;
+	index_init(&s->idx);
+	/* glibc's default rwlock prefers readers; with readers looping the
+	 * writer would never get in. */
+	pthread_rwlockattr_t attr;
+	pthread_rwlockattr_init(&attr);
+	pthread_rwlockattr_setkind_np(&attr,
+		PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	assert_int_equal(pthread_rwlock_init(&s->lock, &attr), 0);
+	pthread_rwlockattr_destroy(&attr);
+	return s->seed;
+}
 
 static void terr(struct tshared *s, const char *what)
 {
@@ -762,6 +937,28 @@ static void *reader(void *arg)
 			prev_end = key;
 		}
 		pthread_rwlock_unlock(&s->lock);
+	}
+	return NULL;
+}
+
+/* Lookups with no lock at all, against the same writer: every answer is
+ * NULL or an entry that covers the key (the lookup's contract; the
+ * entries here are never freed, nodes are, after grace periods). */
+static void *lockless_reader(void *arg)
+{
+	struct tshared *s = arg;
+	uint64_t rng = s->seed ^ (uint64_t)(uintptr_t)&rng;
+	const uint64_t keys = T_ENTRIES * 64;
+
+	while (!atomic_load(&s->stop)) {
+		unsigned ep = epoch_read_enter();
+		for (unsigned k = 0; k < 64; k++) {
+			uint64_t key = test_rand_below(&rng, keys);
+			struct tentry *e = index_lookup(&s->idx, key);
+			if (e && (e < s->ent || e >= s->ent + T_ENTRIES))
+				terr(s, "lock-free lookup: not an entry");
+		}
+		epoch_read_exit(ep);
 	}
 	return NULL;
 }
@@ -830,24 +1027,199 @@ static void *writer(void *arg)
 	return NULL;
 }
 
-static void test_threads(void **state)
+/*
+ * Lock-free tag changes beside the exclusive side: each "owner" thread
+ * sets and drops a tag on its own entries, which nobody removes, through
+ * their nodes; the writer inserts and removes the other entries of the
+ * same nodes and prunes, which is what clears bits above them. A set that
+ * returned must be found from the root, whatever the writer does.
+ */
+#define T_OWNERS 1
+/* Few leaves, so that the writer's prunes often meet an owner's set. */
+#define LF_ENTRIES 16u
+
+struct lf_arg {
+	struct tshared *s;
+	unsigned id;
+	struct index_node **node; /* of owned entry 4k at [k] */
+	/* [k]: odd while its tag is set and not dropped; every set and
+	 * drop moves it on, so a writer that reads the same odd value
+	 * before and after a look knows the tag stayed set in between. */
+	atomic_uint *seq;
+};
+
+static bool lf_owned(unsigned i)
+{
+	return i % 4 == 0; /* entry i belongs to owner (i / 4) % T_OWNERS */
+}
+
+static void *lf_owner(void *arg)
+{
+	struct lf_arg *a = arg;
+	struct tshared *s = a->s;
+	uint64_t rng = s->seed ^ (a->id + 1) * 0x9e3779b97f4a7c15u;
+	const unsigned tag = INDEX_TAG_UNSTABLE;
+
+	while (!atomic_load_explicit(&s->stop, memory_order_relaxed)) {
+		unsigned k = (unsigned)test_rand_below(&rng, LF_ENTRIES / 4);
+		if (k % T_OWNERS != a->id)
+			continue;
+		struct tentry *e = &s->ent[k * 4];
+		/* No lock: the entry stays, so its node does. */
+		struct index_node *node = a->node[k];
+		if (!index_tag_set_fast(node, e->first, e->order, tag)) {
+			pthread_rwlock_rdlock(&s->lock);
+			index_tag_set(&s->idx, e->first, e->order, tag);
+			pthread_rwlock_unlock(&s->lock);
+		}
+		/* Set and complete: the writer checks it is found. */
+		if (!(atomic_load(&a->seq[k]) & 1))
+			atomic_fetch_add(&a->seq[k], 1);
+		/* Mostly dropped again, so leaves go stale and the
+		 * writer's prunes race with the next set. */
+		if (test_rand_below(&rng, 8)) {
+			atomic_fetch_add(&a->seq[k], 1);
+			index_tag_drop(node, e->first, e->order, tag);
+		}
+	}
+	return NULL;
+}
+
+static void *lf_writer(void *arg)
+{
+	struct lf_arg *a = arg;
+	struct tshared *s = a->s;
+	uint64_t rng = s->seed * 5 + 3;
+
+	while (!atomic_load(&s->stop)) {
+		unsigned i = (unsigned)test_rand_below(&rng, LF_ENTRIES + 2);
+		struct tentry *e = &s->ent[i];
+		pthread_rwlock_wrlock(&s->lock);
+		if (i >= LF_ENTRIES) {
+			/* A leaf of its own, or a key far up that grows the
+			 * root and lowers it again: nodes are unlinked (in a
+			 * lockless index, retired) beside the owners'. */
+			if (e->present ? index_remove(&s->idx, e->first,
+						      e->order) != e
+				       : index_insert(&s->idx, e->first,
+						      e->order, e) != 0)
+				terr(s, "far insert or remove");
+			e->present = !e->present;
+		} else if (test_rand_below(&rng, 2)) {
+			/* The leaf of entry i, where owners' bits come and
+			 * go: every owned entry there whose set completed
+			 * (and stays) must still be found from the root.
+			 * No index_verify() here: an owner's set that saw
+			 * `up` clear has its bit below a clear parent bit
+			 * until it gets the read lock. */
+			uint64_t lo = e->first & ~UINT64_C(63);
+			index_tag_prune(&s->idx, lo, lo + 63,
+					1u << INDEX_TAG_UNSTABLE);
+			for (unsigned k = i / 8 * 2; k < i / 8 * 2 + 2; k++) {
+				struct tentry *o = &s->ent[k * 4];
+				unsigned before = atomic_load(&a->seq[k]);
+				if ((before & 1) &&
+				    !index_tag_get(&s->idx, o->first,
+						   INDEX_TAG_UNSTABLE) &&
+				    atomic_load(&a->seq[k]) == before)
+					terr(s, "completed set lost by prune");
+			}
+		} else if (lf_owned(i)) {
+			/* Owned entries stay. */
+		} else if (e->present) {
+			if (index_remove(&s->idx, e->first, e->order) != e)
+				terr(s, "remove");
+			e->present = false;
+		} else {
+			if (index_insert(&s->idx, e->first, e->order, e))
+				terr(s, "insert");
+			e->present = true;
+		}
+		pthread_rwlock_unlock(&s->lock);
+	}
+	return NULL;
+}
+
+static void run_threads_lockfree(bool lockless)
 {
 	struct tshared *s = calloc(1, sizeof(*s));
-	pthread_t rd[T_READERS], tg[T_TAGGERS], wr;
+	pthread_t ow[T_OWNERS], wr;
+	struct lf_arg args[T_OWNERS];
 
-	assert_non_null(s);
-	s->seed = test_seed("index_threads");
-	s->iters = test_iters(40000, 2000);
-	index_init(&s->idx);
-	/* glibc's default rwlock prefers readers; with readers looping the
-	 * writer would never get in. */
-	pthread_rwlockattr_t attr;
-	pthread_rwlockattr_init(&attr);
-	pthread_rwlockattr_setkind_np(&attr,
-		PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-	assert_int_equal(pthread_rwlock_init(&s->lock, &attr), 0);
-	pthread_rwlockattr_destroy(&attr);
-	uint64_t rng = s->seed;
+	/* Runs for a fixed time: the races it looks for need the threads
+	 * to overlap, however slow the build. */
+	uint64_t rng = tshared_init(s, "index_threads_lockfree", 0);
+	if (lockless)
+		assert_int_equal(index_set_lockless(&s->idx), 0);
+	for (unsigned i = 0; i < LF_ENTRIES; i++) {
+		/* Eight entries of orders 0..2 per 64 keys: owned and other
+		 * entries share leaves. */
+		unsigned order = (unsigned)test_rand_below(&rng, 3);
+		s->ent[i].order = order;
+		s->ent[i].first = (uint64_t)(i / 8) * 64 + (i % 8) * 8;
+		s->ent[i].present = lf_owned(i) || test_rand_below(&rng, 2);
+		if (s->ent[i].present)
+			assert_int_equal(index_insert(&s->idx, s->ent[i].first,
+						      order, &s->ent[i]), 0);
+	}
+	s->ent[LF_ENTRIES] = (struct tentry){.first = 4096, .order = 0};
+	s->ent[LF_ENTRIES + 1] = (struct tentry){.first = UINT64_C(1) << 40,
+						 .order = 3};
+	struct index_node *nodes[LF_ENTRIES / 4];
+	for (unsigned i = 0; i < LF_ENTRIES; i += 4)
+		nodes[i / 4] = node_of(&s->idx, s->ent[i].first,
+				       s->ent[i].order);
+	static atomic_uint seq[LF_ENTRIES / 4];
+	for (unsigned k = 0; k < LF_ENTRIES / 4; k++)
+		atomic_store(&seq[k], 0); /* from an earlier run */
+	struct lf_arg warg = {s, 0, nodes, seq};
+	assert_int_equal(pthread_create(&wr, NULL, lf_writer, &warg), 0);
+	for (unsigned i = 0; i < T_OWNERS; i++) {
+		args[i] = (struct lf_arg){s, i, nodes, seq};
+		assert_int_equal(pthread_create(&ow[i], NULL, lf_owner,
+						&args[i]), 0);
+	}
+	struct timespec run = {2, 0};
+	nanosleep(&run, NULL);
+	atomic_store(&s->stop, true);
+	for (unsigned i = 0; i < T_OWNERS; i++)
+		pthread_join(ow[i], NULL);
+	pthread_join(wr, NULL);
+
+	assert_int_equal(atomic_load(&s->errors), 0);
+	check_verify_loose(&s->idx);
+	index_tag_prune(&s->idx, 0, UINT64_MAX, (1u << INDEX_TAG_COUNT) - 1);
+	check_verify(&s->idx);
+	index_destroy(&s->idx);
+	epoch_barrier();
+	pthread_rwlock_destroy(&s->lock);
+	free(s);
+}
+
+static void test_threads_lockfree(void **state)
+{
+	(void)state;
+	run_threads_lockfree(false);
+}
+
+/* The same on a lockless index, whose unlinked nodes carry their retire
+ * link in the presence and tag words: the owners' lock-free tag calls
+ * must never reach such a node (under ASan a write there corrupts the
+ * retire list or lands in freed memory). */
+static void test_threads_lockfree_lockless(void **state)
+{
+	(void)state;
+	run_threads_lockfree(true);
+}
+
+static void run_threads(bool lockless)
+{
+	struct tshared *s = calloc(1, sizeof(*s));
+	pthread_t rd[T_READERS], lf[T_LOCKLESS], tg[T_TAGGERS], wr;
+
+	uint64_t rng = tshared_init(s, "index_threads", test_iters(40000, 2000));
+	if (lockless)
+		assert_int_equal(index_set_lockless(&s->idx), 0);
 	for (unsigned i = 0; i < T_ENTRIES; i++) {
 		/* One entry per 64 keys, of orders 0..6, at varying offsets so
 		 * leaves and level-6 slots are both exercised. */
@@ -863,6 +1235,9 @@ static void test_threads(void **state)
 
 	for (int i = 0; i < T_READERS; i++)
 		assert_int_equal(pthread_create(&rd[i], NULL, reader, s), 0);
+	for (int i = 0; lockless && i < T_LOCKLESS; i++)
+		assert_int_equal(pthread_create(&lf[i], NULL, lockless_reader,
+						s), 0);
 	for (int i = 0; i < T_TAGGERS; i++)
 		assert_int_equal(pthread_create(&tg[i], NULL, tagger, s), 0);
 	assert_int_equal(pthread_create(&wr, NULL, writer, s), 0);
@@ -872,6 +1247,8 @@ static void test_threads(void **state)
 	atomic_store(&s->stop, true);
 	for (int i = 0; i < T_READERS; i++)
 		pthread_join(rd[i], NULL);
+	for (int i = 0; lockless && i < T_LOCKLESS; i++)
+		pthread_join(lf[i], NULL);
 
 	assert_int_equal(atomic_load(&s->errors), 0);
 	check_verify(&s->idx);
@@ -883,8 +1260,69 @@ static void test_threads(void **state)
 	}
 	assert_int_equal(index_count(&s->idx), n);
 	index_destroy(&s->idx);
+	/* The retired nodes go now, not at some later test's retire. */
+	epoch_barrier();
 	pthread_rwlock_destroy(&s->lock);
 	free(s);
+}
+
+/* The child node a slot of n holds (white-box). */
+static const struct index_node *slot_node_of(const struct index_node *n,
+					     unsigned i)
+{
+	uintptr_t v = n->slots[i];
+	assert_int_equal(v & 3, 1);
+	return (const struct index_node *)(v - 1);
+}
+
+static void test_threads(void **state)
+{
+	(void)state;
+	run_threads(false);
+}
+
+/* A lockless index frees an unlinked node only after a grace period: a
+ * lookup that was inside it may still read its slots (under ASan a node
+ * freed at once is a use after free here). */
+static void test_lockless_frees_after_grace(void **state)
+{
+	(void)state;
+	struct index_tree idx;
+	index_init(&idx);
+	assert_int_equal(index_set_lockless(&idx), 0);
+	assert_int_equal(index_insert(&idx, 1000, 0, fake(1)), 0);
+	assert_int_equal(index_insert(&idx, 2000, 0, fake(2)), 0);
+	assert_int_equal(idx.shift, 6);
+	const struct index_node *root = idx.root;
+	const struct index_node *leaf = slot_node_of(root, 1000 >> 6);
+	assert_ptr_equal(index_remove(&idx, 1000, 0), fake(1));
+	/* The leaf left the tree, its memory did not. */
+	assert_int_equal(__atomic_load_n(&leaf->slots[1000 & 63],
+					 __ATOMIC_ACQUIRE), 0);
+	assert_ptr_equal(index_remove(&idx, 2000, 0), fake(2));
+	assert_null(idx.root);
+	assert_int_equal(__atomic_load_n(&root->slots[2000 >> 6],
+					 __ATOMIC_ACQUIRE), 0);
+	index_destroy(&idx);
+	epoch_barrier();
+
+	/* An index with an allocator of its own cannot be lockless. */
+	unsigned countdown = 0;
+	const struct index_allocator own = {
+		.alloc = failing_alloc, .free = failing_free, .arg = &countdown,
+	};
+	index_init_alloc(&idx, &own);
+	assert_int_equal(index_set_lockless(&idx), -EINVAL);
+	assert_false(idx.lockless);
+}
+
+/* The same with lookups that take no lock (the mapping's): under ASan a
+ * node freed before a lookup left it is a use after free, under TSan a
+ * slot store that is not a release is a race. */
+static void test_threads_lockless(void **state)
+{
+	(void)state;
+	run_threads(true);
 }
 
 int main(void)
@@ -895,8 +1333,13 @@ int main(void)
 		cmocka_unit_test(test_edges),
 		cmocka_unit_test(test_root_level_growth_shrink),
 		cmocka_unit_test(test_enomem),
+		cmocka_unit_test(test_drop_prune),
 		cmocka_unit_test(test_model),
 		cmocka_unit_test(test_threads),
+		cmocka_unit_test(test_threads_lockless),
+		cmocka_unit_test(test_lockless_frees_after_grace),
+		cmocka_unit_test(test_threads_lockfree),
+		cmocka_unit_test(test_threads_lockfree_lockless),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

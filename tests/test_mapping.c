@@ -385,44 +385,124 @@ static void test_read_cached(void **state)
 	free(buf);
 }
 
-/* A reader of a folio someone holds locked waits for it (the cached
- * path only tries the lock) and sees what the holder wrote. */
-struct held_read {
+static struct folio_mapping_stats map_stats(struct folio_mapping *m)
+{
+	struct folio_mapping_stats st = {.sz = sizeof(st)};
+	assert_int_equal(folio_mapping_stats(m, &st), 0);
+	return st;
+}
+
+/* Overwrites of uptodate cached folios take the write fast path: no
+ * read, dirty bytes counted once per block, and writeback writes just
+ * those blocks; a write that needs an edge block still reads it. */
+static void test_write_cached(void **state)
+{
+	struct fixture *fx = *state;
+	struct folio_mapping *m = fx->map;
+	unsigned char *model = malloc(MIB), *buf = malloc(MIB);
+	fill(model, MIB, 1);
+	assert_int_equal(folio_mapping_read(m, buf, 128 * 1024, 0),
+			 128 * 1024);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	uint64_t reads = test_mem_stats(fx->engine).read_requests;
+	struct folio_mapping_stats st0 = map_stats(m);
+	assert_int_equal(st0.dirty_bytes, 0);
+	/* Sub-block pieces, some rewriting a block twice, one across two
+	 * folios (60K..70K: blocks 15..17). */
+	static const struct { uint32_t pos, len; } w[] = {
+		{100, 10}, {200, 3000}, {8192 + 5, 1}, {61440, 10240},
+		{4096 * 20 + 7, 4000}, {4096 * 20 + 100, 50},
+	};
+	unsigned char piece[16384];
+	for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++) {
+		fill(piece, w[i].len, (unsigned)(40 + i));
+		assert_int_equal(folio_mapping_write(m, piece, w[i].len,
+						     w[i].pos),
+				 (ssize_t)w[i].len);
+		memcpy(model + w[i].pos, piece, w[i].len);
+	}
+	/* Blocks 0, 2, 15, 16, 17, 20 dirty; nothing read. */
+	assert_int_equal(test_mem_stats(fx->engine).read_requests, reads);
+	struct folio_mapping_stats st = map_stats(m);
+	assert_int_equal(st.dirty_bytes, 6 * 4096);
+	assert_int_equal(folio_mapping_read(m, buf, 128 * 1024, 0),
+			 128 * 1024);
+	assert_memory_equal(buf, model, 128 * 1024);
+	/* Not cached: the ordinary path reads the edge block. */
+	fill(piece, 10, 99);
+	assert_int_equal(folio_mapping_write(m, piece, 10, 512 * 1024 + 3), 10);
+	memcpy(model + 512 * 1024 + 3, piece, 10);
+	assert_int_equal(test_mem_stats(fx->engine).read_requests, reads + 1);
+	assert_int_equal(map_stats(m).dirty_bytes, 7 * 4096);
+	uint64_t wb0 = st.wb_bytes;
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(map_stats(m).wb_bytes - wb0, 7 * 4096);
+	assert_int_equal(map_stats(m).dirty_bytes, 0);
+	assert_int_equal(folio_engine_mem_peek(fx->engine, buf, MIB, 0), 0);
+	assert_memory_equal(buf, model, MIB);
+	free(model);
+	free(buf);
+}
+
+/* A reader or writer of a folio someone holds locked waits for it (the
+ * fast paths only try the lock): the reader sees what the holder wrote,
+ * the writer's bytes land after the holder's. */
+struct held_io {
 	struct folio_mapping *m;
+	bool write;
 	unsigned char buf[4096];
 	atomic_bool done;
 	ssize_t r;
 };
 
-static void *held_reader(void *arg)
+static void *held_io_main(void *arg)
 {
-	struct held_read *h = arg;
-	h->r = folio_mapping_read(h->m, h->buf, sizeof(h->buf), 4096);
+	struct held_io *h = arg;
+	if (h->write)
+		h->r = folio_mapping_write(h->m, h->buf + 50, 100, 4096 + 50);
+	else
+		h->r = folio_mapping_read(h->m, h->buf, sizeof(h->buf), 4096);
 	atomic_store(&h->done, true);
 	return NULL;
 }
 
-static void test_read_cached_held(void **state)
+static void check_held(struct folio_mapping *m, bool write)
 {
-	struct fixture *fx = *state;
-	struct folio_mapping *m = fx->map;
 	unsigned char b[64 * 1024];
 	assert_int_equal(folio_mapping_read(m, b, sizeof(b), 0), sizeof(b));
 	struct folio *f;
 	assert_int_equal(folio_mapping_write_begin(m, 4096, 4096, &f), 4096);
-	struct held_read h = {.m = m, .done = false};
+	struct held_io h = {.m = m, .write = write, .done = false};
+	memset(h.buf, 0x11, sizeof(h.buf));
 	pthread_t t;
-	assert_int_equal(pthread_create(&t, NULL, held_reader, &h), 0);
+	assert_int_equal(pthread_create(&t, NULL, held_io_main, &h), 0);
 	usleep(20000);
 	assert_false(atomic_load(&h.done));
 	memset((unsigned char *)folio_data(f) + 4096, 0x77, 4096);
 	assert_int_equal(folio_mapping_write_end(m, f, 4096, 4096), 4096);
 	assert_int_equal(pthread_join(t, NULL), 0);
-	assert_int_equal(h.r, 4096);
 	unsigned char want[4096];
 	memset(want, 0x77, sizeof(want));
-	assert_memory_equal(h.buf, want, sizeof(want));
+	if (write) {
+		assert_int_equal(h.r, 100);
+		memset(want + 50, 0x11, 100);
+		assert_int_equal(folio_mapping_read(m, b, 4096, 4096), 4096);
+		assert_memory_equal(b, want, sizeof(want));
+	} else {
+		assert_int_equal(h.r, 4096);
+		assert_memory_equal(h.buf, want, sizeof(want));
+	}
 	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+}
+
+static void test_read_cached_held(void **state)
+{
+	check_held(((struct fixture *)*state)->map, false);
+}
+
+static void test_write_cached_held(void **state)
+{
+	check_held(((struct fixture *)*state)->map, true);
 }
 
 static void test_truncate(void **state)
@@ -1034,6 +1114,10 @@ int main(void)
 						setup_1m, teardown),
 		cmocka_unit_test(test_read_pieces_fail),
 		cmocka_unit_test_setup_teardown(test_read_cached, setup_1m,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_write_cached, setup_1m,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_write_cached_held, setup_1m,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_read_cached_held,
 						setup_1m, teardown),

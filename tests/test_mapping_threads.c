@@ -11,6 +11,12 @@
  *    as some serial order of the writes would.
  *  - Whole folios: readers never see a folio half overwritten, while a
  *    pool reclaims folios under them.
+ *  - Lookup races: lock-free lookups (lookup, read, write) racing inserts,
+ *    truncates, invalidates, reclaim and tag changes (sync), with the
+ *    lookups' window between finding a folio and referencing it widened
+ *    by a test hook: a lookup that returned a folio whose header or data
+ *    was freed would touch freed memory (ASan, valgrind), one that
+ *    returned the wrong folio fails the position and content checks.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -21,6 +27,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -28,6 +35,7 @@
 
 #include "folio_state.h"
 #include "folio_state_mem.h"
+#include "mapping/mapping.h"
 #include "test_util.h"
 
 #define THREADS 4
@@ -388,12 +396,276 @@ static void test_whole_folio_reads(void **state)
 	free(buf);
 }
 
+#define LR_FOLIO (16u * 1024)
+#define LR_FOLIOS 48u
+#define LR_SIZE ((uint64_t)LR_FOLIOS * LR_FOLIO)
+#define LR_LOOKERS 2
+
+struct lr_shared {
+	struct folio_mapping *map;
+	struct folio_pool *pool;
+	atomic_bool stop;
+	atomic_int failures;
+	atomic_uint lookups, hits;
+	uint64_t seed;
+};
+
+static void lr_fail(struct lr_shared *s, const char *what)
+{
+	if (atomic_fetch_add(&s->failures, 1) < 5)
+		fprintf(stderr, "lookup race: %s\n", what);
+}
+
+/* Every byte ever written at pos: a truncate or invalidate may leave 0
+ * there instead, nothing else. */
+static unsigned char lr_byte(uint64_t pos)
+{
+	return (unsigned char)(1 + (pos >> 9) % 251);
+}
+
+/* Widen the window between finding a folio and referencing it on some
+ * lookups, so removers get to run inside it. */
+static void lr_delay(void)
+{
+	static _Thread_local unsigned n;
+	if (++n % 8 == 0)
+		usleep(20);
+	else
+		sched_yield();
+}
+
+static void *lr_looker(void *arg)
+{
+	struct lr_shared *s = arg;
+	uint64_t rng = s->seed ^ (uint64_t)(uintptr_t)&rng;
+	unsigned char buf[512];
+	while (!atomic_load(&s->stop)) {
+		uint64_t pos = test_rand_below(&rng, LR_SIZE);
+		struct folio *f;
+		atomic_fetch_add(&s->lookups, 1);
+		int r = folio_mapping_lookup(s->map, pos, &f);
+		if (r == -ENOENT)
+			continue;
+		if (r) {
+			lr_fail(s, "lookup failed");
+			continue;
+		}
+		atomic_fetch_add(&s->hits, 1);
+		uint64_t at = folio_pos(f);
+		if (pos < at || pos - at >= folio_size(f))
+			lr_fail(s, "lookup returned a folio not holding pos");
+		/* Header and data are live while the reference is held
+		 * (the bytes race writers by design: not under TSan, which
+		 * checks the ordering of the lookups themselves). */
+		if (!TEST_UNDER_TSAN) {
+			volatile unsigned char *d = folio_data(f);
+			(void)d[pos - at];
+			(void)d[folio_size(f) - 1];
+		}
+		folio_put(f);
+		/* The read path's own lookups (trylock fast path and the
+		 * locked one) with a content check. */
+		uint64_t rpos = pos & ~(uint64_t)511;
+		ssize_t n = folio_mapping_read(s->map, buf, sizeof(buf), rpos);
+		if (n < 0)
+			lr_fail(s, "read failed");
+		for (ssize_t k = 0; k < n; k++)
+			if (buf[k] && buf[k] != lr_byte(rpos + (uint64_t)k)) {
+				lr_fail(s, "read wrong bytes");
+				break;
+			}
+	}
+	return NULL;
+}
+
+/* Writes (inserts, dirtying: tag sets) and syncs (writeback tags set and
+ * cleared). */
+static void *lr_writer(void *arg)
+{
+	struct lr_shared *s = arg;
+	uint64_t rng = s->seed * 7 + 3;
+	unsigned char buf[4096];
+	for (unsigned i = 0; !atomic_load(&s->stop); i++) {
+		uint64_t pos = test_rand_below(&rng, LR_SIZE / 4096) * 4096;
+		for (size_t k = 0; k < sizeof(buf); k++)
+			buf[k] = lr_byte(pos + k);
+		if (folio_mapping_write(s->map, buf, sizeof(buf), pos) !=
+		    (ssize_t)sizeof(buf))
+			lr_fail(s, "write failed");
+		if (i % 16 == 0 && folio_mapping_sync(s->map, NULL))
+			lr_fail(s, "sync failed");
+	}
+	return NULL;
+}
+
+/* Removals: truncates (and the growth back), invalidates, reclaim. */
+static void *lr_remover(void *arg)
+{
+	struct lr_shared *s = arg;
+	uint64_t rng = s->seed * 13 + 5;
+	for (unsigned i = 0; !atomic_load(&s->stop); i++) {
+		uint64_t pos = test_rand_below(&rng, LR_SIZE);
+		switch (i % 4) {
+		case 0:
+			if (folio_mapping_truncate(s->map, pos) ||
+			    folio_mapping_truncate(s->map, LR_SIZE))
+				lr_fail(s, "truncate failed");
+			break;
+		case 1: {
+			int r = folio_mapping_invalidate(s->map, pos,
+							 4 * LR_FOLIO, 0);
+			if (r && r != -EBUSY)
+				lr_fail(s, "invalidate failed");
+			break;
+		}
+		case 2:
+			if (folio_mapping_invalidate(s->map, pos, LR_FOLIO,
+						     FOLIO_INVALIDATE_DISCARD))
+				lr_fail(s, "discard failed");
+			break;
+		default:
+			if (folio_pool_shrink(s->pool, 8 * LR_FOLIO) < 0)
+				lr_fail(s, "shrink failed");
+			break;
+		}
+		usleep(100);
+	}
+	return NULL;
+}
+
+static void test_lookup_races(void **state)
+{
+	(void)state;
+	struct lr_shared s = {.seed = test_seed("mapping_threads_lookup")};
+	struct folio_engine *e;
+	assert_int_equal(folio_engine_mem(&e, 2 * LR_SIZE), 0);
+	struct folio_pool_opts po = {.sz = sizeof(po),
+				     .budget = LR_SIZE / 2,
+				     .flusher_threads = 1};
+	assert_int_equal(folio_pool_new(&s.pool, &po), 0);
+	struct folio_mapping_opts o = {.sz = sizeof(o),
+				       .min_folio_size = 4096,
+				       .max_folio_size = LR_FOLIO,
+				       .size = LR_SIZE,
+				       /* Writes wait for writeback: no
+				        * copy races a write (TSan). */
+				       .flags = FOLIO_MAPPING_STABLE_WRITES,
+				       .engine = e,
+				       .pool = s.pool};
+	assert_int_equal(folio_mapping_new(&s.map, &o), 0);
+	atomic_store(&mapping_test_lookup_delay, lr_delay);
+	pthread_t lk[LR_LOOKERS], wr, rm;
+	for (int i = 0; i < LR_LOOKERS; i++)
+		assert_int_equal(pthread_create(&lk[i], NULL, lr_looker, &s),
+				 0);
+	assert_int_equal(pthread_create(&wr, NULL, lr_writer, &s), 0);
+	assert_int_equal(pthread_create(&rm, NULL, lr_remover, &s), 0);
+	/* Enough hits (lookups that found a folio and raced removers on
+	 * it), or 30 s on a machine too busy to get there. */
+	unsigned want = test_iters(4000, 200);
+	for (unsigned ms = 0; ms < 30000 && atomic_load(&s.hits) < want &&
+			      atomic_load(&s.failures) == 0;
+	     ms++)
+		usleep(1000);
+	atomic_store(&s.stop, true);
+	for (int i = 0; i < LR_LOOKERS; i++)
+		pthread_join(lk[i], NULL);
+	pthread_join(wr, NULL);
+	pthread_join(rm, NULL);
+	atomic_store(&mapping_test_lookup_delay, NULL);
+	printf("# %u lookups, %u hits\n", atomic_load(&s.lookups),
+	       atomic_load(&s.hits));
+	assert_int_equal(atomic_load(&s.failures), 0);
+	assert_true(atomic_load(&s.hits) > 0);
+	assert_int_equal(folio_mapping_sync(s.map, NULL), 0);
+	assert_int_equal(folio_mapping_free(s.map), 0);
+	assert_int_equal(folio_pool_free(s.pool), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
+/*
+ * "A lock-free tag set lost to an exclusive clear-unless": a write's
+ * completion marks its folio unstable and sets the UNSTABLE tag through
+ * the folio's node with no index lock (mapping_mark_unstable() ->
+ * mapping_tag_set_at()), while a flush's settle clears the tag under the
+ * exclusive lock unless the folio is unstable again
+ * (mapping_tag_clear_unless()). A completion that made the folio
+ * unstable after the clear's look and set its bit before the clear had
+ * its bit cleared: the folio stayed unstable with no tag, no flush ever
+ * found it again and folio_mapping_free() returned -EBUSY (seen as
+ * writeback_threads' test_stable_polled_engine failing at the free).
+ * The `still` callback is that completion here, run at the worst moment:
+ * inside the clear, after the look.
+ */
+static struct {
+	struct index_node *node;
+	uint64_t key;
+	unsigned order, calls;
+	bool back; /* the state the tag stands for came back */
+} race;
+
+static bool racing_still(const struct folio *f)
+{
+	(void)f;
+	if (race.calls++ == 0) {
+		/* The completion: state first, then the lock-free bit. */
+		race.back = true;
+		(void)index_tag_set_fast(race.node, race.key, race.order,
+					 INDEX_TAG_UNSTABLE);
+		return false; /* what the look saw */
+	}
+	return race.back;
+}
+
+static void test_tag_set_during_clear_unless(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	struct folio_mapping *m;
+	assert_int_equal(folio_engine_mem(&e, 1u << 20), 0);
+	struct folio_mapping_opts o = {.sz = sizeof(o),
+				       .block_size = 4096,
+				       .max_folio_size = 64 * 1024,
+				       .engine = e};
+	assert_int_equal(folio_mapping_new(&m, &o), 0);
+	unsigned char buf[4096];
+	memset(buf, 0x5a, sizeof(buf));
+	assert_int_equal(folio_mapping_write(m, buf, sizeof(buf), 0),
+			 (ssize_t)sizeof(buf));
+	struct folio_writeback_opts wo = {.sz = sizeof(wo),
+					  .flags = FOLIO_WB_WAIT};
+	assert_true(folio_mapping_writeback(m, &wo) > 0);
+
+	uint64_t key = 0;
+	struct index_hit hit;
+	assert_int_equal(mapping_next_tagged_batch(m, &key, UINT64_MAX,
+						   INDEX_TAG_UNSTABLE, &hit, 1),
+			 1);
+	struct folio *f = hit.entry;
+	race.node = hit.node;
+	race.key = hit.first;
+	race.order = hit.order;
+	mapping_tag_clear_unless(m, f, INDEX_TAG_UNSTABLE, racing_still);
+	pthread_rwlock_rdlock(&m->index_lock);
+	bool tagged = index_tag_get(&m->index, hit.first, INDEX_TAG_UNSTABLE);
+	pthread_rwlock_unlock(&m->index_lock);
+	assert_true(tagged);
+	folio_put(f);
+
+	/* The folio is unstable and findable: a flush settles it. */
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(folio_mapping_free(m), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_disjoint),
 		cmocka_unit_test(test_overlapping),
 		cmocka_unit_test(test_whole_folio_reads),
+		cmocka_unit_test(test_lookup_races),
+		cmocka_unit_test(test_tag_set_during_clear_unless),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

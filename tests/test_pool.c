@@ -918,11 +918,27 @@ static void test_throttle_flusher_stuck(void **state)
 	pthread_mutex_destroy(&g.lock);
 }
 
+/* A caller's struct that ends at @end (a field added later starts
+ * there): folio_pool_stats() writes nothing past it. */
+static void stats_stop_before(struct folio_pool *p, size_t end)
+{
+	union {
+		struct folio_pool_stats st;
+		unsigned char b[sizeof(struct folio_pool_stats)];
+	} old;
+	memset(&old, 0x5a, sizeof(old));
+	old.st.sz = end;
+	assert_int_equal(folio_pool_stats(p, &old.st), 0);
+	for (size_t i = end; i < sizeof(old); i++)
+		assert_int_equal(old.b[i], 0x5a);
+}
+
 /* Folios a thread frees land in its cache, outside the budget; the
- * pool's stats count them, and they go back when the thread ends. */
+ * pool's stats count them, and they go back when the thread ends, or
+ * when it shrinks the pool (which gives free memory to the kernel). */
 struct tc_thread {
 	struct env *v;
-	uint64_t before, after_free;
+	uint64_t before, after_free, after_shrink;
 };
 
 static void *tc_main(void *arg)
@@ -935,9 +951,12 @@ static void *tc_main(void *arg)
 					i * 4096ull) != 4096 ||
 		    folio_mapping_sync(t->v->m[0], NULL) != 0)
 			abort();
-	if (folio_pool_shrink(t->v->p, 8 * 4096) != 8 * 4096)
+	if (folio_mapping_truncate(t->v->m[0], 0) != 0)
 		abort();
 	t->after_free = pool_stats(t->v->p).thread_cache_bytes;
+	if (folio_pool_shrink(t->v->p, 4096) != 0)
+		abort();
+	t->after_shrink = pool_stats(t->v->p).thread_cache_bytes;
 	return NULL;
 }
 
@@ -951,16 +970,36 @@ static void test_thread_cache_bytes(void **state)
 	assert_int_equal(pthread_create(&tid, NULL, tc_main, &t), 0);
 	assert_int_equal(pthread_join(tid, NULL), 0);
 	assert_true(t.after_free >= t.before + 8 * 4096);
+	assert_true(t.after_shrink + 8 * 4096 <= t.after_free);
 	assert_true(pool_stats(v.p).thread_cache_bytes < t.after_free);
-	/* A caller's struct that ends before the field: not written. */
-	struct folio_pool_stats old;
-	memset(&old, 0x5a, sizeof(old));
-	old.sz = offsetof(struct folio_pool_stats, thread_cache_bytes);
-	assert_int_equal(folio_pool_stats(v.p, &old), 0);
-	uint64_t untouched;
-	memset(&untouched, 0x5a, sizeof(untouched));
-	assert_memory_equal(&old.thread_cache_bytes, &untouched,
-			    sizeof(untouched));
+	stats_stop_before(v.p, offsetof(struct folio_pool_stats,
+					 thread_cache_bytes));
+	env_close(&v);
+}
+
+/* The allocator's own pages (chunk headers, slab slack, free memory kept
+ * for reuse) are reported apart from metadata_bytes: at least the
+ * headers of the chunks the data needs, at most those, a small share of
+ * the data and the resident free memory the allocator may keep. */
+static void test_allocator_bytes(void **state)
+{
+	(void)state;
+	const uint64_t data = 8 * MiB;
+	struct env v = {.p = new_pool(2 * data, 0)};
+	add_mapping(&v, 4096, 4096, 0);
+	static unsigned char buf[64 * 1024];
+	for (uint64_t at = 0; at < data; at += sizeof(buf))
+		assert_int_equal(folio_mapping_write(v.m[0], buf, sizeof(buf),
+						     at),
+				 (ssize_t)sizeof(buf));
+	struct folio_pool_stats st = pool_stats(v.p);
+	assert_int_equal(st.cached_bytes, data);
+	/* 8 MiB of 4 KiB blocks spans at least 4 chunks, each described by
+	 * at least one header page. */
+	assert_true(st.allocator_bytes >= 4 * 4096);
+	assert_true(st.allocator_bytes <= data / 64 + 6 * MiB);
+	stats_stop_before(v.p, offsetof(struct folio_pool_stats,
+					 allocator_bytes));
 	env_close(&v);
 }
 
@@ -1133,6 +1172,7 @@ int main(void)
 		cmocka_unit_test(test_throttle_wakes),
 		cmocka_unit_test(test_throttle_flusher_stuck),
 		cmocka_unit_test(test_thread_cache_bytes),
+		cmocka_unit_test(test_allocator_bytes),
 		cmocka_unit_test(test_expire),
 		cmocka_unit_test(test_scan_resistance),
 		cmocka_unit_test(test_ghost),

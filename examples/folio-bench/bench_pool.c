@@ -481,6 +481,7 @@ struct sampler {
 	struct folio_pool *p;
 	atomic_bool stop;
 	uint64_t samples, cached_max, dirty_max, dirty_wb_max, tcache_max;
+	uint64_t allocator_max, metadata_max;
 	double rss_max;
 };
 
@@ -496,6 +497,8 @@ static void *sampler_main(void *arg)
 				       st.dirty_bytes + st.writeback_bytes);
 		sm->rss_max = MAX(sm->rss_max, rss_mib());
 		sm->tcache_max = MAX(sm->tcache_max, st.thread_cache_bytes);
+		sm->allocator_max = MAX(sm->allocator_max, st.allocator_bytes);
+		sm->metadata_max = MAX(sm->metadata_max, st.metadata_bytes);
 		sm->samples++;
 		nanosleep(&ms, NULL);
 	}
@@ -627,12 +630,14 @@ static int run_writers(struct bench_ctx *c)
 	/* The issue's bound: a writer looks at the limit only every so many
 	 * bytes it dirtied, never more than one default request (1 MiB). */
 	double dirty_bound = (double)(st1.dirty_limit + nwriters * MIB);
-	/* RSS also holds the folio headers, bitmaps and index (metadata)
-	 * and the free folio memory in the threads' caches, both outside
-	 * the budget by design; the threads' own stacks and arenas are in
-	 * rss0 (warm_threads()). */
-	double rss_bound = cached_bound + (double)st1.metadata_bytes +
-			   (double)sm.tcache_max;
+	/* RSS also holds the folio headers, bitmaps and index (metadata),
+	 * the free folio memory in the threads' caches and the allocator's
+	 * own pages (chunk headers, slab slack), all outside the budget by
+	 * design; the threads' own stacks and arenas are in rss0
+	 * (warm_threads()). */
+	double rss_bound = cached_bound +
+			   (double)MAX(sm.metadata_max, st1.metadata_bytes) +
+			   (double)sm.tcache_max + (double)sm.allocator_max;
 	double rss_growth = sm.rss_max - rss0;
 	struct bench_variant *v = bench_variant(c, "writers");
 	bench_num(v, "dirty_limit", (double)st1.dirty_limit);
@@ -644,6 +649,7 @@ static int run_writers(struct bench_ctx *c)
 	bench_num(v, "rss_max_mib", sm.rss_max);
 	bench_num(v, "metadata_bytes", (double)st1.metadata_bytes);
 	bench_num(v, "thread_cache_max", (double)sm.tcache_max);
+	bench_num(v, "allocator_max", (double)sm.allocator_max);
 	bench_num(v, "throttle_waits",
 		  (double)(st1.throttle_waits - st0.throttle_waits));
 	bench_num(v, "throttle_ms",
@@ -666,7 +672,7 @@ static int run_writers(struct bench_ctx *c)
 	bench_row(c, &(struct bench_row){
 			     .figure = "RSS growth, max sampled",
 			     .value = rss_growth, .unit = "MiB",
-			     .cmp = "that + metadata + thread caches",
+			     .cmp = "that + metadata + caches + allocator",
 			     .ratio = rss_growth * (double)MIB / rss_bound});
 	bench_row(c, &(struct bench_row){
 			     .figure = "dirty, max sampled",
@@ -693,8 +699,9 @@ static int run_writers(struct bench_ctx *c)
 			     .value = (double)(share * nwriters) / secs / 1e6,
 			     .unit = "MB/s"});
 	bench_note(c, "targets: cached <= budget + 1 folio: %s; RSS growth <= "
-		      "that + metadata + thread caches: %s; dirty <= limit + 1 MiB per "
-		      "writer: %s (with writeback: %s)",
+		      "that + metadata + thread caches + allocator pages: %s; "
+		      "dirty <= limit + 1 MiB per writer: %s (with writeback: "
+		      "%s)",
 		   (double)sm.cached_max <= cached_bound ? "met" : "NOT met",
 		   rss_growth * (double)MIB <= rss_bound ? "met" : "NOT met",
 		   (double)sm.dirty_max <= dirty_bound ? "met" : "NOT met",

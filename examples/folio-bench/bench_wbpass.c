@@ -6,6 +6,12 @@
  * caches only those few, at the same positions, all dirty. Same dirty
  * folios, same positions, so the same engine requests: the only
  * difference is the clean folios the pass has to step over.
+ *
+ * With --inline-engine the store is an engine that completes each request
+ * inside submit() without touching its bytes, so what a pass costs is the
+ * library's own work, request building included. The pass itself is
+ * wbpass_pass(), a function of its own for callgrind --toggle-collect
+ * (bench/callgrind-writeback.sh).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -15,12 +21,22 @@
 
 static uint64_t ndirty = 1000;
 static uint64_t rounds = 21;
+static bool inline_engine;
+static const char *only;
+
+static const char *const only_choices[] = {"few-dirty", "all-dirty", NULL};
 
 static struct bench_xopt xopts[] = {
 	{.name = "dirty", .type = BENCH_X_UINT, .var = &ndirty, .metavar = "N",
 	 .help = "dirty folios per pass"},
 	{.name = "rounds", .type = BENCH_X_UINT, .var = &rounds,
 	 .metavar = "N", .help = "passes timed (the median is reported)"},
+	{.name = "inline-engine", .type = BENCH_X_FLAG, .var = &inline_engine,
+	 .help = "store that completes requests inside submit() and moves "
+		 "no bytes: the pass costs only the library's work"},
+	{.name = "only", .type = BENCH_X_STR, .var = &only, .metavar = "SIDE",
+	 .choices = only_choices,
+	 .help = "run one mapping: few-dirty (many cached) or all-dirty"},
 	{0},
 };
 
@@ -29,11 +45,61 @@ struct side {
 	struct folio_mapping *m;
 };
 
+/* The inline store: reads see an empty object, writes vanish. */
+static int inline_submit(void *ctx, struct folio_io *io)
+{
+	(void)ctx;
+	if (io->op == FOLIO_IO_READ)
+		for (int i = 0; i < io->iovcnt; i++)
+			memset(io->iov[i].iov_base, 0, io->iov[i].iov_len);
+	folio_io_complete(io, (ssize_t)io->len);
+	return 0;
+}
+
+static int inline_nop(void *ctx)
+{
+	(void)ctx;
+	return 0;
+}
+
+static int inline_truncate(void *ctx, uint64_t size)
+{
+	(void)ctx;
+	(void)size;
+	return 0;
+}
+
+static int engine_open(struct bench_ctx *c, struct bench_engine *be)
+{
+	if (!inline_engine)
+		return bench_engine_open(c, be, c->o.engine, -1, c->o.size);
+	memset(be, 0, sizeof(*be));
+	struct folio_engine_ops ops = {
+		.sz = sizeof(ops),
+		.submit = inline_submit,
+		.flush = inline_nop,
+		.truncate = inline_truncate,
+	};
+	int err = folio_engine_new(&be->engine, &ops, NULL);
+	if (err)
+		fprintf(stderr, "folio-bench wbpass: inline engine: %s\n",
+			strerror(-err));
+	return err;
+}
+
+static void engine_close(struct bench_engine *be)
+{
+	if (inline_engine)
+		folio_engine_free(be->engine);
+	else
+		bench_engine_close(be);
+}
+
 static int side_open(struct bench_ctx *c, struct side *s, uint64_t size)
 {
 	const struct bench_opts *o = &c->o;
 	memset(s, 0, sizeof(*s));
-	int err = bench_engine_open(c, &s->be, o->engine, -1, o->size);
+	int err = engine_open(c, &s->be);
 	if (err)
 		return err;
 	struct folio_mapping_opts mo = {
@@ -48,7 +114,7 @@ static int side_open(struct bench_ctx *c, struct side *s, uint64_t size)
 	};
 	err = folio_mapping_new(&s->m, &mo);
 	if (err)
-		bench_engine_close(&s->be);
+		engine_close(&s->be);
 	return err;
 }
 
@@ -61,7 +127,7 @@ static int side_close(struct side *s)
 		if (!err)
 			err = f;
 	}
-	bench_engine_close(&s->be);
+	engine_close(&s->be);
 	return err;
 }
 
@@ -77,6 +143,13 @@ static int dirty_all(struct bench_ctx *c, struct folio_mapping *m,
 			return r < 0 ? (int)r : -EIO;
 	}
 	return 0;
+}
+
+/* The measured pass, alone in its function for callgrind. */
+BENCH_NOINLINE static int64_t wbpass_pass(struct folio_mapping *m,
+					  const struct folio_writeback_opts *wo)
+{
+	return folio_mapping_writeback(m, wo);
 }
 
 /* Time `rounds` passes, re-dirtying the same folios before each. */
@@ -96,7 +169,7 @@ static int passes(struct bench_ctx *c, struct folio_mapping *m,
 		if (err)
 			break;
 		uint64_t t0 = bench_now_ns();
-		bytes = folio_mapping_writeback(m, &wo);
+		bytes = wbpass_pass(m, &wo);
 		uint64_t t1 = bench_now_ns();
 		if (bytes < 0)
 			err = (int)bytes;
@@ -125,32 +198,13 @@ static int passes(struct bench_ctx *c, struct folio_mapping *m,
 	return err;
 }
 
-static int run(struct bench_ctx *c)
+/* The mapping caching every folio, a few of them dirty. */
+static int run_few_dirty(struct bench_ctx *c, uint64_t cached,
+			 uint64_t stride, double *pass_us, double *walk_ms)
 {
 	const struct bench_opts *o = &c->o;
-	uint64_t cached = o->size / o->folio_size;
-	if (!rounds || !ndirty || !cached) {
-		fprintf(stderr, "folio-bench wbpass: --dirty, --rounds and "
-				"--size / --folio-size must be > 0\n");
-		return 2;
-	}
-	if (ndirty > cached)
-		ndirty = cached;
-	uint64_t stride = cached / ndirty;
-	char s1[32];
-	bench_title(c, "one writeback pass (FOLIO_WB_WAIT), %llu dirty of "
-		       "%llu cached %s folios vs %llu cached all dirty, same "
-		       "positions, %s engine, median of %llu",
-		    (unsigned long long)ndirty, (unsigned long long)cached,
-		    bench_fmt_size(s1, sizeof(s1), o->folio_size),
-		    (unsigned long long)ndirty, bench_engine_name(o->engine),
-		    (unsigned long long)rounds);
-	bench_param_num(c, "cached_folios", (double)cached);
-	bench_param_num(c, "dirty_folios", (double)ndirty);
-	bench_param_num(c, "rounds", (double)rounds);
-
-	struct side big, small;
-	double big_us = 0, small_us = 0, walk_ms = 0, fill_s = 0;
+	struct side big;
+	double fill_s = 0;
 	int err = side_open(c, &big, cached * o->folio_size);
 	if (!err) {
 		uint64_t t0 = bench_now_ns();
@@ -164,40 +218,94 @@ static int run(struct bench_ctx *c)
 		struct folio_mapping_stats st = {.sz = sizeof(st)};
 		uint64_t t0 = bench_now_ns();
 		folio_mapping_stats(big.m, &st);
-		walk_ms = (double)(bench_now_ns() - t0) / 1e6;
+		*walk_ms = (double)(bench_now_ns() - t0) / 1e6;
 		err = passes(c, big.m, stride, "many cached, few dirty",
-			     &big_us);
+			     pass_us);
 	}
 	int e2 = side_close(&big);
 	if (!err)
 		err = e2;
-	if (!err)
-		err = side_open(c, &small, 0);
-	if (!err) {
-		err = passes(c, small.m, stride, "few cached, all dirty",
-			     &small_us);
-		e2 = side_close(&small);
-		if (!err)
-			err = e2;
+	bench_param_num(c, "populate_s", fill_s);
+	return err;
+}
+
+/* The mapping caching only the dirty folios. */
+static int run_all_dirty(struct bench_ctx *c, uint64_t stride,
+			 double *pass_us)
+{
+	struct side small;
+	int err = side_open(c, &small, 0);
+	if (err)
+		return err;
+	err = passes(c, small.m, stride, "few cached, all dirty", pass_us);
+	int e2 = side_close(&small);
+	return err ? err : e2;
+}
+
+static int run(struct bench_ctx *c)
+{
+	const struct bench_opts *o = &c->o;
+	uint64_t cached = o->size / o->folio_size;
+	if (!rounds || !ndirty || !cached) {
+		fprintf(stderr, "folio-bench wbpass: --dirty, --rounds and "
+				"--size / --folio-size must be > 0\n");
+		return 2;
 	}
+	if (ndirty > cached)
+		ndirty = cached;
+	uint64_t stride = cached / ndirty;
+	bool few = !only || !strcmp(only, "few-dirty");
+	bool all = !only || !strcmp(only, "all-dirty");
+	const char *store = inline_engine ? "inline"
+					  : bench_engine_name(o->engine);
+	char s1[32];
+	bench_title(c, "one writeback pass (FOLIO_WB_WAIT), %llu dirty of "
+		       "%llu cached %s folios vs %llu cached all dirty, same "
+		       "positions, %s engine, median of %llu",
+		    (unsigned long long)ndirty, (unsigned long long)cached,
+		    bench_fmt_size(s1, sizeof(s1), o->folio_size),
+		    (unsigned long long)ndirty, store,
+		    (unsigned long long)rounds);
+	bench_param_num(c, "cached_folios", (double)cached);
+	bench_param_num(c, "dirty_folios", (double)ndirty);
+	bench_param_num(c, "rounds", (double)rounds);
+
+	double big_us = 0, small_us = 0, walk_ms = 0;
+	int err = few ? run_few_dirty(c, cached, stride, &big_us, &walk_ms)
+		      : 0;
+	if (!err && all)
+		err = run_all_dirty(c, stride, &small_us);
 	if (err) {
 		fprintf(stderr, "folio-bench wbpass: %s\n", strerror(-err));
 		return 1;
 	}
-	bench_param_num(c, "populate_s", fill_s);
 
 	char fig[96], cmp[64];
-	snprintf(fig, sizeof(fig), "pass: %llu dirty of %llu cached",
-		 (unsigned long long)ndirty, (unsigned long long)cached);
 	snprintf(cmp, sizeof(cmp), "%llu cached, all dirty",
 		 (unsigned long long)ndirty);
-	bench_row(c, &(struct bench_row){.figure = fig, .value = big_us,
-					 .unit = "us", .cmp = cmp,
-					 .ratio = big_us / small_us,
-					 .flags = BENCH_ROW_HEADLINE});
-	snprintf(fig, sizeof(fig), "pass: %s", cmp);
-	bench_row(c, &(struct bench_row){.figure = fig, .value = small_us,
-					 .unit = "us"});
+	if (few) {
+		snprintf(fig, sizeof(fig), "pass: %llu dirty of %llu cached",
+			 (unsigned long long)ndirty,
+			 (unsigned long long)cached);
+		bench_row(c, &(struct bench_row){
+				     .figure = fig, .value = big_us,
+				     .unit = "us", .cmp = all ? cmp : NULL,
+				     .ratio = all ? big_us / small_us : 0,
+				     .flags = BENCH_ROW_HEADLINE});
+	}
+	if (all) {
+		snprintf(fig, sizeof(fig), "pass: %s", cmp);
+		bench_row(c, &(struct bench_row){
+				     .figure = fig, .value = small_us,
+				     .unit = "us",
+				     .flags = few ? 0 : BENCH_ROW_HEADLINE});
+		bench_row(c, &(struct bench_row){
+				     .figure = "per dirty folio, all dirty",
+				     .value = small_us * 1e3 / (double)ndirty,
+				     .unit = "ns"});
+	}
+	if (!few)
+		return 0;
 	snprintf(fig, sizeof(fig), "per dirty folio, %llu cached",
 		 (unsigned long long)cached);
 	bench_row(c, &(struct bench_row){
@@ -208,9 +316,12 @@ static int run(struct bench_ctx *c)
 	bench_row(c, &(struct bench_row){.figure = fig, .value = walk_ms * 1e3,
 					 .unit = "us", .cmp = "the pass",
 					 .ratio = walk_ms * 1e3 / big_us});
-	double x = big_us / small_us;
-	bench_note(c, "target: within 2x of the all-dirty mapping: %.2fx, %s",
-		   x, x <= 2 ? "met" : "NOT met");
+	if (all) {
+		double x = big_us / small_us;
+		bench_note(c, "target: within 2x of the all-dirty mapping: "
+			      "%.2fx, %s",
+			   x, x <= 2 ? "met" : "NOT met");
+	}
 	return 0;
 }
 
@@ -229,7 +340,11 @@ static struct bench_cmd cmd = {
 	"folio_mapping_writeback(FOLIO_WB_WAIT) alone. The median of --rounds\n"
 	"passes is compared: a pass should cost in proportion to the dirty\n"
 	"folios (target: within 2x). A walk over every cached folio\n"
-	"(folio_mapping_stats) is shown for scale.",
+	"(folio_mapping_stats) is shown for scale. --only runs one of the\n"
+	"two mappings; --inline-engine replaces the store by one that\n"
+	"completes each request inside submit() without moving bytes, so a\n"
+	"pass costs only the library's work (bench/callgrind-writeback.sh\n"
+	"counts its instructions per dirty folio).",
 	.defaults = {.size = 1000000 * 4 * KIB, .bs = 4 * KIB,
 		     .folio_size = 4 * KIB, .block_size = 4 * KIB,
 		     .engine = BENCH_ENGINE_MEM},

@@ -34,7 +34,7 @@ static int open_data_fd(struct ff_inode *in)
 
 int ff_data_attach(struct ff_fs *fs, struct ff_inode *in, int fd)
 {
-	if (in->map) {
+	if (in->map || in->data_fd >= 0) {
 		if (fd >= 0)
 			close(fd);
 		return 0;
@@ -43,6 +43,11 @@ int ff_data_attach(struct ff_fs *fs, struct ff_inode *in, int fd)
 		fd = open_data_fd(in);
 		if (fd < 0)
 			return fd;
+	}
+	/* --passthrough: the descriptor alone, every request goes to it. */
+	if (fs->opt.passthrough) {
+		in->data_fd = fd;
+		return 0;
 	}
 	struct stat st;
 	int err = fstat(fd, &st) ? -errno : 0;
@@ -92,8 +97,12 @@ void ff_data_add_stats(struct folio_mapping_stats *sum,
 void ff_data_free(struct ff_fs *fs, struct ff_inode *in)
 {
 	struct folio_mapping *map = in->map;
-	if (!map)
+	if (!map) {
+		if (in->data_fd >= 0) /* --passthrough: nothing cached */
+			close(in->data_fd);
+		in->data_fd = -1;
 		return;
+	}
 	int err = folio_mapping_sync(map, &in->cursor);
 	struct folio_mapping_stats st = {.sz = sizeof(st)};
 	if (!folio_mapping_stats(map, &st)) {

@@ -9,7 +9,8 @@
  *   data.c     one mapping per inode over the posix engine: its lifetime
  *   attr.c     getattr, setattr
  *   dirops.c   lookup, forget and the name space operations, readdir
- *   fileops.c  open, create, read, write, flush, fsync, release, fallocate
+ *   fileops.c  open, create, read, write, flush, fsync, release
+ *   space.c    fallocate, lseek SEEK_DATA/SEEK_HOLE
  *   stats.c    the --stats JSON file
  */
 #ifndef FOLIO_FUSE_FF_H
@@ -29,7 +30,7 @@
 struct ff_options {
 	const char *backing_dir;
 	const char *mountpoint;
-	const char *stats_file;
+	char *stats_file;       /* absolute (malloc()ed): -f still chdirs */
 	char *fuse_opts;        /* -o, passed on to FUSE (malloc()ed) */
 	uint64_t budget;
 	size_t folio_size;      /* largest folio */
@@ -37,11 +38,15 @@ struct ff_options {
 	size_t block_size;
 	unsigned dirty_expire_ms;
 	unsigned flushers;
+	unsigned max_threads;   /* FUSE workers; 0: libfuse's default */
 	bool folio_tracking;    /* --tracking folio */
 	bool kernel_cache;
+	bool passthrough;       /* no library: data straight to the file */
 	bool foreground;
 	bool debug;
 };
+
+#define FF_MAX_THREADS 1024
 
 /* Parses argv into @o; on a bad command line prints why and returns -1
  * (exit 2), for --help returns 1 (exit 0), else 0. */
@@ -142,6 +147,11 @@ void ff_dir_ops(struct fuse_lowlevel_ops *ops);
 
 /* fileops.c */
 void ff_file_ops(struct fuse_lowlevel_ops *ops);
+/* The inode of an open handle. */
+struct ff_inode *ff_file_inode(struct fuse_file_info *fi);
+
+/* space.c */
+void ff_space_ops(struct fuse_lowlevel_ops *ops);
 
 /* stats.c */
 int ff_stats_write(struct ff_fs *fs, const char *path);

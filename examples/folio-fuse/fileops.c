@@ -24,6 +24,11 @@ static struct ff_file *file_of(struct fuse_file_info *fi)
 	return (struct ff_file *)(uintptr_t)fi->fh;
 }
 
+struct ff_inode *ff_file_inode(struct fuse_file_info *fi)
+{
+	return file_of(fi)->in;
+}
+
 /*
  * The handle of @in for @fi, its mapping attached (over @fd when it is
  * not negative; see ff_data_attach()). O_TRUNC is done here rather than
@@ -46,10 +51,11 @@ static int file_new(struct ff_fs *fs, struct ff_inode *in, int fd,
 	pthread_mutex_lock(&in->lock);
 	int err = ff_data_attach(fs, in, fd);
 	if (!err && (fi->flags & O_TRUNC)) {
-		err = folio_mapping_truncate(in->map, 0);
+		err = !in->map ? (ftruncate(in->data_fd, 0) ? -errno : 0)
+			       : folio_mapping_truncate(in->map, 0);
 		atomic_fetch_add(&in->gen, 1);
 	}
-	if (!err)
+	if (!err && in->map)
 		f->cursor = folio_mapping_err_cursor(in->map);
 	pthread_mutex_unlock(&in->lock);
 	if (err) {
@@ -139,13 +145,34 @@ static void ff_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	ssize_t n = folio_mapping_read(file_of(fi)->in->map, buf, size,
-				       (uint64_t)off);
+	struct ff_inode *in = file_of(fi)->in;
+	ssize_t n = !in->map ? pread(in->data_fd, buf, size, off)
+			     : folio_mapping_read(in->map, buf, size,
+						  (uint64_t)off);
+	if (n < 0 && !in->map)
+		n = -errno;
 	if (n < 0)
 		fuse_reply_err(req, (int)-n);
 	else
 		fuse_reply_buf(req, buf, (size_t)n);
 	free(buf);
+}
+
+/* --passthrough: the backing file's own size is the current one. */
+static ssize_t passthrough_write(struct ff_inode *in, int flags,
+				 const char *buf, size_t size, off_t off)
+{
+	ssize_t n;
+	struct stat st;
+	if (flags & O_APPEND) {
+		pthread_mutex_lock(&in->lock);
+		n = fstat(in->data_fd, &st) ? -1
+			: pwrite(in->data_fd, buf, size, st.st_size);
+		pthread_mutex_unlock(&in->lock);
+	} else {
+		n = pwrite(in->data_fd, buf, size, off);
+	}
+	return n < 0 ? -errno : n;
 }
 
 static void ff_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
@@ -157,7 +184,9 @@ static void ff_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	/* The kernel's idea of the end of file may be behind the cache's:
 	 * an append goes to the cache's, and the inode lock keeps another
 	 * append or a truncate from moving it meanwhile. */
-	if (f->flags & O_APPEND) {
+	if (!in->map) {
+		n = passthrough_write(in, f->flags, buf, size, off);
+	} else if (f->flags & O_APPEND) {
 		pthread_mutex_lock(&in->lock);
 		n = folio_mapping_write(in->map, buf, size,
 					(uint64_t)folio_mapping_size(in->map));
@@ -174,6 +203,8 @@ static void ff_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 
 static int file_sync(struct ff_file *f)
 {
+	if (!f->in->map)
+		return fdatasync(f->in->data_fd) ? -errno : 0;
 	pthread_mutex_lock(&f->lock);
 	int err = folio_mapping_sync(f->in->map, &f->cursor);
 	pthread_mutex_unlock(&f->lock);
@@ -183,11 +214,13 @@ static int file_sync(struct ff_file *f)
 /* Every close(): like close-to-open consistency on NFS, the data written
  * through the handle is made durable and its errors reported here, the
  * last moment the caller can learn of them. A read-only handle has
- * nothing to report (a Linux close() of one never fails either). */
+ * nothing to report (a Linux close() of one never fails either), nor has
+ * --passthrough, whose writes reported their errors themselves. */
 static void ff_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ff_file *f = file_of(fi);
-	int err = (f->flags & O_ACCMODE) == O_RDONLY ? 0 : file_sync(f);
+	int err = (f->flags & O_ACCMODE) == O_RDONLY || !f->in->map ? 0
+			: file_sync(f);
 	fuse_reply_err(req, -err);
 }
 
@@ -212,26 +245,6 @@ static void ff_release(fuse_req_t req, fuse_ino_t ino,
 	fuse_reply_err(req, 0);
 }
 
-/* Mode 0 only: allocate in the backing file, and grow the cache's size
- * when the range ends past it, as fallocate(2) grows the file. */
-static void ff_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
-			 off_t off, off_t len, struct fuse_file_info *fi)
-{
-	if (mode) {
-		fuse_reply_err(req, EOPNOTSUPP);
-		return;
-	}
-	struct ff_inode *in = file_of(fi)->in;
-	pthread_mutex_lock(&in->lock);
-	int err = fallocate(in->data_fd, 0, off, len) ? -errno : 0;
-	uint64_t end = (uint64_t)off + (uint64_t)len;
-	if (!err && end > (uint64_t)folio_mapping_size(in->map))
-		err = folio_mapping_truncate(in->map, end);
-	atomic_fetch_add(&in->gen, 1);
-	pthread_mutex_unlock(&in->lock);
-	fuse_reply_err(req, -err);
-}
-
 void ff_file_ops(struct fuse_lowlevel_ops *ops)
 {
 	ops->open = ff_open;
@@ -241,5 +254,4 @@ void ff_file_ops(struct fuse_lowlevel_ops *ops)
 	ops->flush = ff_flush;
 	ops->fsync = ff_fsync;
 	ops->release = ff_release;
-	ops->fallocate = ff_fallocate;
 }

@@ -142,6 +142,8 @@ static int serve(struct fuse_session *se, struct ff_fs *fs)
 		     !pthread_create(&st.thread, NULL, stats_main, &st);
 
 	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+	if (cfg && fs->opt.max_threads)
+		fuse_loop_cfg_set_max_threads(cfg, fs->opt.max_threads);
 	int ret = cfg ? fuse_session_loop_mt(se, cfg) : -1;
 	fuse_loop_cfg_destroy(cfg);
 
@@ -173,6 +175,7 @@ int main(int argc, char **argv)
 	struct fuse_lowlevel_ops ops = {.init = ff_init, .destroy = ff_destroy};
 	ff_dir_ops(&ops);
 	ff_file_ops(&ops);
+	ff_space_ops(&ops);
 
 	int status = 1;
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
@@ -209,5 +212,6 @@ out:
 	fuse_opt_free_args(&args);
 	close(fs.root.fd);
 	free(fs.opt.fuse_opts);
+	free(fs.opt.stats_file);
 	return status;
 }

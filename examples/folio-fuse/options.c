@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ff.h"
 
@@ -27,9 +28,14 @@ static void usage(FILE *out)
 "  --tracking block|folio  dirty state per block (default) or per folio\n"
 "  --dirty-expire MS    write back data dirty for longer (default 30000)\n"
 "  --flushers N         flusher threads (default 1; 0: writers write back)\n"
+"  --threads N          FUSE worker threads at most (default 10); each\n"
+"                       fsync in progress holds one\n"
 "  --stats FILE         write JSON statistics at unmount and on SIGUSR1\n"
 "  --kernel-cache       keep the kernel page cache in front (default:\n"
 "                       direct_io, the library is the only cache)\n"
+"  --passthrough        no cache: reads, writes and syncs go straight to\n"
+"                       the backing file (the bare FUSE baseline of\n"
+"                       bench/fuse-fio.sh)\n"
 "  -f                   stay in the foreground\n"
 "  -d                   FUSE debug output (implies -f)\n"
 "  -o OPTS              mount options passed to FUSE\n"
@@ -75,7 +81,8 @@ static int bad(const char *opt, const char *arg, const char *why)
 
 enum {
 	OPT_BUDGET = 256, OPT_FOLIO, OPT_BLOCK, OPT_TRACKING, OPT_EXPIRE,
-	OPT_FLUSHERS, OPT_STATS, OPT_KCACHE, OPT_MINFOLIO,
+	OPT_FLUSHERS, OPT_STATS, OPT_KCACHE, OPT_MINFOLIO, OPT_PASSTHROUGH,
+	OPT_THREADS,
 };
 
 static const struct option longopts[] = {
@@ -88,9 +95,30 @@ static const struct option longopts[] = {
 	{"stats", required_argument, NULL, OPT_STATS},
 	{"kernel-cache", no_argument, NULL, OPT_KCACHE},
 	{"min-folio-size", required_argument, NULL, OPT_MINFOLIO},
+	{"passthrough", no_argument, NULL, OPT_PASSTHROUGH},
+	{"threads", required_argument, NULL, OPT_THREADS},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
+
+/* fuse_daemonize() changes to / even in the foreground: a relative
+ * name is made absolute before it does. */
+static int stats_path(struct ff_options *o, const char *arg)
+{
+	char cwd[4096];
+	free(o->stats_file);
+	o->stats_file = NULL;
+	if (!*arg)
+		return bad("stats", "''", "empty file name");
+	if (*arg != '/' && !getcwd(cwd, sizeof(cwd)))
+		return bad("stats", arg, strerror(errno));
+	if (asprintf(&o->stats_file, "%s%s%s", *arg == '/' ? "" : cwd,
+		     *arg == '/' ? "" : "/", arg) < 0) {
+		o->stats_file = NULL;
+		return bad("stats", arg, strerror(ENOMEM));
+	}
+	return 0;
+}
 
 static int parse_one(int c, const char *arg, struct ff_options *o)
 {
@@ -133,11 +161,18 @@ static int parse_one(int c, const char *arg, struct ff_options *o)
 		else
 			o->flushers = (unsigned)v;
 		return 0;
-	case OPT_STATS:
-		o->stats_file = arg;
+	case OPT_THREADS:
+		if (parse_size(arg, &v) || v < 1 || v > FF_MAX_THREADS)
+			return bad(name, arg, "want 1..1024");
+		o->max_threads = (unsigned)v;
 		return 0;
+	case OPT_STATS:
+		return stats_path(o, arg);
 	case OPT_KCACHE:
 		o->kernel_cache = true;
+		return 0;
+	case OPT_PASSTHROUGH:
+		o->passthrough = true;
 		return 0;
 	default:
 		return -1;

@@ -56,6 +56,11 @@
 #define ALLOC_MAG_MAX 32u
 /* Wholly free chunks kept mapped before the next one is unmapped. */
 #define ALLOC_SPARE_MAX 2u
+/* Free blocks inside chunks in use that may keep their pages: above
+ * this, freeing gives pages of free blocks of ALLOC_TRIM_MIN_ORDER and up
+ * back to the kernel until it is met again. */
+#define ALLOC_FREE_RESIDENT_MAX ((size_t)2 << 20)
+#define ALLOC_TRIM_MIN_ORDER 4u /* 64 KiB */
 
 /* Arena flags. */
 #define ALLOC_HUGEPAGE 0x1u /* madvise(MADV_HUGEPAGE) 2 MiB blocks */
@@ -90,6 +95,10 @@ struct alloc_arena {
 	unsigned nspare;
 	struct alloc_tcache *tcaches;
 	size_t nchunks, nhuge, internal_bytes;
+	/* Bytes of free buddy blocks not known to be zero (resident, as
+	 * far as the arena knows), and where the last trim had to stop
+	 * because only blocks too small to give back were left. */
+	size_t free_resident, trim_floor;
 	size_t maps, unmaps, map_failures;
 	size_t out[ALLOC_NCLASSES]; /* objects handed out (used or cached) */
 };
@@ -105,6 +114,10 @@ struct alloc_stats {
 	size_t cached_meta_bytes; /* of meta_bytes, in thread caches */
 	size_t header_bytes;  /* chunk headers (page descriptors) */
 	size_t slab_bytes;    /* pages holding slabs (data < 4 KiB, meta) */
+	size_t slab_object_bytes; /* of slab_bytes, objects handed out */
+	size_t free_resident_bytes; /* free blocks in chunks in use that keep
+				     * their pages (at most about
+				     * ALLOC_FREE_RESIDENT_MAX) */
 	size_t internal_bytes; /* thread cache structures */
 	size_t maps, unmaps, map_failures; /* calls to alloc_ops */
 };
@@ -200,6 +213,10 @@ int alloc_folio_mem(size_t data_size, size_t meta_size, void **data,
 		    void **meta, bool *zeroed);
 void alloc_folio_mem_free(void *data, size_t data_size, void *meta,
 			  size_t meta_size);
+/* Its two halves, for a folio whose header must outlive its data (a
+ * lock-free lookup may still read the header of a folio just freed). */
+void alloc_folio_data_free(void *data, size_t data_size);
+void alloc_folio_meta_free(void *meta, size_t meta_size);
 void alloc_stats(struct alloc_stats *st);
 /* Return the calling thread's cache to the arena. */
 void alloc_thread_flush(void);

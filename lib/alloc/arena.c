@@ -48,11 +48,18 @@
  * a chunk (allocate and free 2 MiB folios, say), for which faulting the
  * pages in again would cost more than the mmap() saved; four MiB of
  * resident memory bound what that keeps. Free blocks inside chunks in use
- * keep their pages: MADV_DONTNEED on free would make every reuse fault
- * and zero again (a 1 MiB folio recycled through reclaim: 256 faults), and
- * MADV_FREE would leave RSS unchanged until the kernel gets round to it,
- * which makes resident memory no guide for the pool. alloc_arena_trim()
- * gives both back on demand (the pool's shrink).
+ * keep their pages up to ALLOC_FREE_RESIDENT_MAX: MADV_DONTNEED on every
+ * free would make every reuse fault and zero again (a 1 MiB folio
+ * recycled through reclaim: 256 faults), and MADV_FREE would leave RSS
+ * unchanged until the kernel gets round to it, which makes resident
+ * memory no guide for the pool. But folios of mixed sizes fragment
+ * chunks: the free holes could not serve the sizes asked for, new chunks
+ * were mapped, and RSS grew far past the pool's budget with free memory
+ * (64 MiB through a 16 MiB budget in folio-fuse: 37 MiB). So a free that
+ * takes the free resident bytes past the limit gives back the pages of
+ * free blocks of 64 KiB and more (MADV_DONTNEED; the blocks are then
+ * known to be zero) until they are under it. alloc_arena_trim() gives
+ * all of it back on demand.
  *
  * Huge pages. With THP in "madvise" mode (Debian's default) nothing is
  * huge unless asked; the arena asks only for 2 MiB blocks, where one huge
@@ -279,7 +286,63 @@ static void add_free(struct alloc_arena *a, struct alloc_chunk *c, unsigned pg,
 	d->state = PD_FREE;
 	d->order = (uint8_t)order;
 	d->zero = zero;
+	if (!zero)
+		a->free_resident += (size_t)ALLOC_PAGE_SIZE << order;
 	plist_add(a, c, order, pg);
+}
+
+/* Take a free block off its list (to use it or merge it). */
+static void del_free(struct alloc_arena *a, struct alloc_chunk *c,
+		     unsigned pg)
+{
+	struct page_desc *d = &c->pd[pg];
+	if (!d->zero)
+		a->free_resident -= (size_t)ALLOC_PAGE_SIZE << d->order;
+	plist_del(a, c, d->order, pg);
+}
+
+/*
+ * Give back the pages of free blocks of ALLOC_TRIM_MIN_ORDER and up,
+ * largest first, until at most `target` free bytes keep theirs. Returns
+ * the bytes given back.
+ */
+static size_t trim_free_blocks(struct alloc_arena *a, size_t target)
+{
+	long sys_page = sysconf(_SC_PAGESIZE);
+	size_t given = 0;
+	for (unsigned o = ALLOC_BUDDY_ORDERS; o-- > ALLOC_TRIM_MIN_ORDER;) {
+		size_t len = (size_t)ALLOC_PAGE_SIZE << o;
+		if (sys_page <= 0 || len < (size_t)sys_page)
+			continue;
+		for (struct alloc_chunk *c = a->head[o]; c;
+		     c = c->link[o].next)
+			for (unsigned pg = c->head[o]; pg; pg = c->pd[pg].next) {
+				if (a->free_resident <= target)
+					return given;
+				struct page_desc *d = &c->pd[pg];
+				if (d->zero ||
+				    madvise(page_addr(c, pg), len, MADV_DONTNEED))
+					continue;
+				d->zero = 1;
+				a->free_resident -= len;
+				given += len;
+			}
+	}
+	return given;
+}
+
+/* After a free: keep the free resident bytes near the limit. A trim that
+ * could not get under it (the rest are holes too small to give back)
+ * does not run again until another limit's worth has been freed. */
+static void bound_free_resident(struct alloc_arena *a)
+{
+	if (a->free_resident <= ALLOC_FREE_RESIDENT_MAX ||
+	    a->free_resident <= a->trim_floor)
+		return;
+	trim_free_blocks(a, ALLOC_FREE_RESIDENT_MAX / 2);
+	a->trim_floor = a->free_resident > ALLOC_FREE_RESIDENT_MAX
+				? a->free_resident + ALLOC_FREE_RESIDENT_MAX
+				: 0;
 }
 
 static struct alloc_chunk *chunk_new(struct alloc_arena *a)
@@ -305,6 +368,12 @@ static struct alloc_chunk *chunk_new(struct alloc_arena *a)
 
 static void chunk_release(struct alloc_arena *a, struct alloc_chunk *c)
 {
+	/* Wholly free: its blocks leave the free lists with it. */
+	for (unsigned pg = HDR_PAGES; pg < ALLOC_CHUNK_PAGES;
+	     pg += 1u << c->pd[pg].order)
+		if (!c->pd[pg].zero)
+			a->free_resident -= (size_t)ALLOC_PAGE_SIZE
+					    << c->pd[pg].order;
 	for (unsigned li = 0; li < ALLOC_LIST_ALL; li++)
 		if (c->head[li])
 			clist_del(a, li, c);
@@ -327,7 +396,7 @@ static void *buddy_alloc(struct alloc_arena *a, unsigned order, bool *zero)
 	}
 	struct alloc_chunk *c = a->head[k];
 	unsigned pg = c->head[k];
-	plist_del(a, c, k, pg);
+	del_free(a, c, pg);
 	struct page_desc *d = &c->pd[pg];
 	bool z = d->zero;
 	while (k > order) {
@@ -359,7 +428,7 @@ static void buddy_free(struct alloc_arena *a, void *p, unsigned order)
 		struct page_desc *bd = &c->pd[b];
 		if (bd->state != PD_FREE || bd->order != order)
 			break;
-		plist_del(a, c, order, b);
+		del_free(a, c, b);
 		bd->state = PD_NONE;
 		pg &= ~(1u << order);
 		order++;
@@ -367,6 +436,8 @@ static void buddy_free(struct alloc_arena *a, void *p, unsigned order)
 	add_free(a, c, pg, order, false);
 	if (!c->used_pages)
 		chunk_release(a, c);
+	else
+		bound_free_resident(a);
 }
 
 /* ---- slabs ---- */
@@ -562,6 +633,8 @@ void alloc_arena_stats(struct alloc_arena *a, struct alloc_stats *st)
 			   ALLOC_CHUNK_SIZE;
 	for (unsigned cls = 0; cls < ALLOC_NCLASSES; cls++) {
 		size_t bytes = a->out[cls] * alloc_class_size(cls);
+		if (cls < ALLOC_NSLAB)
+			st->slab_object_bytes += bytes;
 		if (alloc_class_is_meta(cls))
 			st->meta_bytes += bytes;
 		else
@@ -576,6 +649,7 @@ void alloc_arena_stats(struct alloc_arena *a, struct alloc_stats *st)
 				st->slab_bytes += (size_t)ALLOC_PAGE_SIZE
 						  << c->pd[pg].order;
 	st->internal_bytes = a->internal_bytes;
+	st->free_resident_bytes = a->free_resident;
 	alloc_arena_cached_bytes(a, &st->cached_data_bytes, &st->cached_meta_bytes);
 	st->maps = a->maps;
 	st->unmaps = a->unmaps;
@@ -585,8 +659,6 @@ void alloc_arena_stats(struct alloc_arena *a, struct alloc_stats *st)
 
 size_t alloc_arena_trim(struct alloc_arena *a)
 {
-	const size_t min_order = 4; /* 64 KiB */
-	long sys_page = sysconf(_SC_PAGESIZE);
 	size_t given = 0;
 	pthread_mutex_lock(&a->lock);
 	while (a->nspare) {
@@ -595,21 +667,8 @@ size_t alloc_arena_trim(struct alloc_arena *a)
 		unmap(a, p, ALLOC_CHUNK_SIZE);
 		given += ALLOC_CHUNK_SIZE;
 	}
-	for (struct alloc_chunk *c = a->head[ALLOC_LIST_ALL]; c;
-	     c = c->link[ALLOC_LIST_ALL].next)
-		for (unsigned o = min_order; o < ALLOC_BUDDY_ORDERS; o++) {
-			size_t len = (size_t)ALLOC_PAGE_SIZE << o;
-			if (sys_page <= 0 || len < (size_t)sys_page)
-				continue;
-			for (unsigned pg = c->head[o]; pg; pg = c->pd[pg].next) {
-				struct page_desc *d = &c->pd[pg];
-				if (d->zero ||
-				    madvise(page_addr(c, pg), len, MADV_DONTNEED))
-					continue;
-				d->zero = 1;
-				given += len;
-			}
-		}
+	given += trim_free_blocks(a, 0);
+	a->trim_floor = 0;
 	pthread_mutex_unlock(&a->lock);
 	return given;
 }

@@ -339,13 +339,23 @@ int alloc_folio_mem(size_t data_size, size_t meta_size, void **data,
 	return 0;
 }
 
+void alloc_folio_data_free(void *data, size_t data_size)
+{
+	obj_put(&alloc_default_arena, tc_get(), alloc_data_class(data_size),
+		data);
+}
+
+void alloc_folio_meta_free(void *meta, size_t meta_size)
+{
+	obj_put(&alloc_default_arena, tc_get(), alloc_meta_class(meta_size),
+		meta);
+}
+
 void alloc_folio_mem_free(void *data, size_t data_size, void *meta,
 			  size_t meta_size)
 {
-	struct alloc_arena *a = &alloc_default_arena;
-	struct alloc_tcache *tc = tc_get();
-	obj_put(a, tc, alloc_data_class(data_size), data);
-	obj_put(a, tc, alloc_meta_class(meta_size), meta);
+	alloc_folio_data_free(data, data_size);
+	alloc_folio_meta_free(meta, meta_size);
 }
 
 void alloc_stats(struct alloc_stats *st)

@@ -6,16 +6,15 @@
 #include "base/futex.h"
 #include "base/base.h"
 
-static _Thread_local unsigned my_stripe TLS_FAST = UINT_MAX;
+_Thread_local unsigned brlock_stripe_tls TLS_FAST = UINT_MAX;
 static atomic_uint next_stripe;
 
-unsigned brlock_thread_stripe(void)
+unsigned brlock_stripe_assign(void)
 {
-	if (my_stripe == UINT_MAX)
-		my_stripe = atomic_fetch_add_explicit(&next_stripe, 1,
+	brlock_stripe_tls = atomic_fetch_add_explicit(&next_stripe, 1,
 						      memory_order_relaxed) %
 			    BRLOCK_STRIPES;
-	return my_stripe;
+	return brlock_stripe_tls;
 }
 
 int brlock_init(struct brlock *l)

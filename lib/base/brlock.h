@@ -15,8 +15,11 @@
 #ifndef FOLIO_BRLOCK_H
 #define FOLIO_BRLOCK_H
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
+
+#include "base/base.h"
 
 #define BRLOCK_STRIPES 16
 #define BRLOCK_LINE 64
@@ -32,8 +35,16 @@ struct brlock {
 };
 
 /* This thread's stripe, 0..BRLOCK_STRIPES-1 (threads are spread round
- * robin). Also used to stripe hot statistics counters. */
-unsigned brlock_thread_stripe(void);
+ * robin). Also used to stripe hot statistics counters. Inline: every
+ * read-side section and every call's io_lock asks for it. */
+extern _Thread_local unsigned brlock_stripe_tls TLS_FAST;
+unsigned brlock_stripe_assign(void);
+
+static inline unsigned brlock_thread_stripe(void)
+{
+	unsigned s = brlock_stripe_tls;
+	return s != UINT_MAX ? s : brlock_stripe_assign();
+}
 
 int brlock_init(struct brlock *l);
 void brlock_destroy(struct brlock *l);

@@ -39,8 +39,17 @@ static inline size_t apply(uint64_t *map, size_t start, size_t end,
 	uint64_t head = mask_from(start);
 	uint64_t tail = mask_below(end);
 
-	if (first == last)
-		return apply_word(&map[first], head & tail, op);
+	if (first == last) {
+		/* One word, usually all bits changing or none: the count is
+		 * then known without a popcount (a library call without
+		 * -mpopcnt). */
+		uint64_t m = head & tail, old = map[first];
+		uint64_t changed = op == OP_SET ? ~old & m : old & m;
+		map[first] = op == OP_SET ? old | m : old & ~m;
+		return changed == m ? end - start
+		       : changed    ? (size_t)__builtin_popcountll(changed)
+				    : 0;
+	}
 	size_t n = apply_word(&map[first], head, op);
 	for (size_t w = first + 1; w < last; w++)
 		n += apply_word(&map[w], ~UINT64_C(0), op);

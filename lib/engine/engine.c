@@ -31,6 +31,10 @@ int engine_create(struct folio_engine **out,
 	struct folio_engine *e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
+	if (pthread_mutex_init(&e->flush_lock, NULL)) {
+		free(e);
+		return -ENOMEM;
+	}
 	/* Copy only what the caller's struct has; newer fields stay NULL. */
 	memcpy(&e->ops, ops, MIN(ops->sz, sizeof(e->ops)));
 	e->ops.sz = sizeof(e->ops);
@@ -55,8 +59,93 @@ int folio_engine_free(struct folio_engine *e)
 		return -EBUSY;
 	if (e->ops.destroy)
 		e->ops.destroy(e->ctx);
+	pthread_mutex_destroy(&e->flush_lock);
 	free(e);
 	return 0;
+}
+
+/*
+ * Durable writes against flushes. A durable write's barrier is a flush
+ * the engine runs on its own, and its failure is counted only when the
+ * write completes: a flush that succeeds meanwhile (the failed barrier
+ * took the store's error, or the engine's cache with it) must not be
+ * trusted before that count. So every durable write is counted in flight
+ * under the current parity, and a flush that succeeded flips the parity
+ * and waits for the old one to drain: every barrier that could have run
+ * before it returned has then completed and counted its failure. The
+ * count-then-recheck on submission (as in epoch.h) keeps a write that
+ * saw the old parity from slipping past a flip it did not see.
+ */
+#define BARRIER_SLEEPER 0x80000000u
+
+static void barrier_exit(struct folio_engine *e, unsigned parity)
+{
+	atomic_uint *c = &e->barriers[parity];
+	if (atomic_fetch_sub(c, 1) == (BARRIER_SLEEPER | 1u))
+		futex_wake_all(c);
+}
+
+int engine_submit(struct folio_engine *e, struct folio_io *io)
+{
+	struct engine_io *rq = container_of(io, struct engine_io, io);
+	rq->barrier_engine = NULL;
+	if (io->flags & FOLIO_IO_DURABLE) {
+		for (;;) {
+			unsigned p = atomic_load(&e->barrier_parity) & 1;
+			atomic_fetch_add(&e->barriers[p], 1);
+			if ((atomic_load(&e->barrier_parity) & 1) == p) {
+				rq->barrier_parity = p;
+				break;
+			}
+			barrier_exit(e, p);
+		}
+		rq->barrier_engine = e;
+	}
+	int r = engine_result(e->ops.submit(e->ctx, io));
+	if (r && rq->barrier_engine) {
+		/* Refused: no barrier ran. */
+		rq->barrier_engine = NULL;
+		barrier_exit(e, rq->barrier_parity);
+	}
+	return r;
+}
+
+struct barrier_drain {
+	atomic_uint *count;
+};
+
+static bool barriers_drained(void *arg)
+{
+	struct barrier_drain *d = arg;
+	return !(atomic_load(d->count) & ~BARRIER_SLEEPER);
+}
+
+static void barriers_sleep(void *arg, const struct timespec *t)
+{
+	struct barrier_drain *d = arg;
+	unsigned v = atomic_fetch_or(d->count, BARRIER_SLEEPER) |
+		     BARRIER_SLEEPER;
+	if (v != BARRIER_SLEEPER)
+		futex_wait_for(d->count, v, t);
+}
+
+int engine_flush(struct folio_engine *e)
+{
+	pthread_mutex_lock(&e->flush_lock);
+	int r = engine_result(e->ops.flush(e->ctx));
+	if (!r) {
+		unsigned old = atomic_fetch_xor(&e->barrier_parity, 1) & 1;
+		struct barrier_drain d = {&e->barriers[old]};
+		/* The engine's wait() reaps for engines that need it; its
+		 * error is the waits' own, not this flush's. */
+		(void)engine_wait_until(e, barriers_drained, barriers_sleep,
+					&d);
+		atomic_fetch_and(d.count, ~BARRIER_SLEEPER);
+	}
+	if (r)
+		atomic_fetch_add(&e->flush_failures, 1);
+	pthread_mutex_unlock(&e->flush_lock);
+	return r;
 }
 
 void *folio_engine_ctx(const struct folio_engine *e)
@@ -69,6 +158,16 @@ void folio_io_complete(struct folio_io *io, ssize_t result)
 	if (!io)
 		return;
 	struct engine_io *rq = container_of(io, struct engine_io, io);
+	struct folio_engine *e = rq->barrier_engine;
+	if (e) {
+		/* A failed durable write may have failed in its barrier,
+		 * which may have dropped what the engine held, whoever wrote
+		 * it, exactly as a failed flush(). Counted before it leaves
+		 * the in-flight count, so a flush waiting for it sees it. */
+		if (result < 0)
+			atomic_fetch_add(&e->flush_failures, 1);
+		barrier_exit(e, rq->barrier_parity);
+	}
 	rq->end_io(rq, result);
 }
 

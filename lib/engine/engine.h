@@ -7,6 +7,7 @@
 #ifndef FOLIO_ENGINE_H
 #define FOLIO_ENGINE_H
 
+#include <pthread.h>
 #include <time.h>
 
 #include "base/base.h"
@@ -26,6 +27,17 @@ struct folio_engine {
 	/* Flushes that failed: the engine may have dropped any write it
 	 * held, whichever mapping's flush it was (see commit.c). */
 	_Atomic uint64_t flush_failures;
+	/* Held across a flush and the count of its failure. A flush that
+	 * fails may drop writes another mapping's flush then finds gone and
+	 * reports as flushed; that mapping trusts its success only if no
+	 * failure was counted meanwhile, so the failure must be counted
+	 * before any later flush can return. */
+	pthread_mutex_t flush_lock;
+	/* Durable writes in flight, each counted under the parity that was
+	 * current when it was submitted (see engine_flush()); the top bit
+	 * of a count says a flush sleeps on it. */
+	atomic_uint barrier_parity;
+	atomic_uint barriers[2];
 };
 
 /* Allocate an engine of a built-in kind (the kind lets kind-specific calls
@@ -45,19 +57,12 @@ static inline int engine_result(int r)
 	return r > 0 ? -EIO : r;
 }
 
-/* The required callbacks, as the library calls them. */
-static inline int engine_submit(struct folio_engine *e, struct folio_io *io)
-{
-	return engine_result(e->ops.submit(e->ctx, io));
-}
+/* Submit a library request (an engine_io); a durable write is counted
+ * in flight until it completes (see engine_flush()). */
+int engine_submit(struct folio_engine *e, struct folio_io *io);
 
-static inline int engine_flush(struct folio_engine *e)
-{
-	int r = engine_result(e->ops.flush(e->ctx));
-	if (r)
-		atomic_fetch_add(&e->flush_failures, 1);
-	return r;
-}
+/* The engine's flush, one at a time per engine (see flush_lock). */
+int engine_flush(struct folio_engine *e);
 
 /* Does the engine take FOLIO_IO_DURABLE writes? */
 static inline bool engine_has_durable(const struct folio_engine *e)
@@ -65,12 +70,6 @@ static inline bool engine_has_durable(const struct folio_engine *e)
 	return e->ops.caps & FOLIO_ENGINE_CAP_DURABLE;
 }
 
-/* A durable write failed: its barrier may have failed and dropped what
- * the engine held, whoever wrote it, exactly as a failed flush(). */
-static inline void engine_durable_failed(struct folio_engine *e)
-{
-	atomic_fetch_add(&e->flush_failures, 1);
-}
 
 static inline int engine_truncate(struct folio_engine *e, uint64_t size)
 {
@@ -84,6 +83,10 @@ static inline int engine_truncate(struct folio_engine *e, uint64_t size)
 struct engine_io {
 	struct folio_io io;
 	void (*end_io)(struct engine_io *rq, ssize_t result);
+	/* A durable write's engine and the parity it is counted under
+	 * (engine_submit()); NULL for every other request. */
+	struct folio_engine *barrier_engine;
+	unsigned barrier_parity;
 };
 
 /*

@@ -326,6 +326,44 @@ ssize_t folio_next_missing(struct folio *f, size_t *off)
 	return next_run(f, off, false);
 }
 
+/*
+ * folio_take_dirty_from() for a folio whose dirty bits [n, 2n) all lie in
+ * its first state word (up to 32 blocks: a 64 KiB folio of 4 KiB blocks),
+ * from bit b on: whole runs found with ctz instead of a bit scan each,
+ * cleared with one store. Caller holds the state lock.
+ */
+static size_t take_dirty_word(struct folio *f, size_t n, size_t b,
+			      struct folio_range *runs, size_t max_runs)
+{
+	uint64_t w = f->state[0];
+	/* Bits [b, 2n) only: 2n <= 64, and b <= 2n (b == 64: none). */
+	uint64_t below = 2 * n == 64 ? ~UINT64_C(0)
+				     : (UINT64_C(1) << (2 * n)) - 1;
+	uint64_t from = b >= 64 ? 0 : ~((UINT64_C(1) << b) - 1);
+	uint64_t d = w & below & from;
+	uint64_t gone = 0;
+	size_t taken = 0;
+	while (d && taken < max_runs) {
+		unsigned s = (unsigned)__builtin_ctzll(d);
+		/* s >= n >= 1, so d >> s is never all ones. */
+		unsigned len = (unsigned)__builtin_ctzll(~(d >> s));
+		uint64_t run = ((UINT64_C(1) << len) - 1) << s;
+		gone |= run;
+		d &= ~run;
+		runs[taken].off = (s - n) << f->block_shift;
+		runs[taken].len = (size_t)len << f->block_shift;
+		taken++;
+	}
+	w &= ~gone;
+	f->state[0] = w;
+	uint64_t dirty_bits = (n == 32 ? ~UINT64_C(0) << 32
+				       : ((UINT64_C(1) << n) - 1) << n);
+	if (!(w & dirty_bits))
+		atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_DIRTY,
+					  memory_order_release);
+	return taken;
+}
+
 int folio_take_dirty_from(struct folio *f, size_t from,
 			  struct folio_range *runs, size_t max_runs)
 {
@@ -347,6 +385,11 @@ int folio_take_dirty_from(struct folio *f, size_t from,
 	size_t n = folio_nblocks(f), taken = 0;
 	size_t b = n + MIN(from >> f->block_shift, n);
 	spin_lock(&f->state_lock);
+	if (2 * n <= 64) {
+		taken = take_dirty_word(f, n, b, runs, max_runs);
+		spin_unlock(&f->state_lock);
+		return (int)taken;
+	}
 	while (taken < max_runs) {
 		size_t s = bitmap_next_set(f->state, b, 2 * n);
 		if (s == 2 * n)
@@ -411,8 +454,14 @@ void folio_drain(struct folio *f, size_t *dirty, size_t *unstable)
  * the write fast path, so one-block folios take the state lock here too:
  * the flag and the epoch must change together.
  */
+/* a before b, modulo 2^32 (the stamps keep the low 32 bits). */
+static inline bool stamp_before(uint32_t a, uint32_t b)
+{
+	return (int32_t)(a - b) < 0;
+}
+
 int folio_mark_unstable(struct folio *f, size_t off, size_t len,
-			uint64_t epoch, size_t *newly)
+			uint64_t epoch, uint64_t failures, size_t *newly)
 {
 	size_t unused;
 	if (!newly)
@@ -425,8 +474,20 @@ int folio_mark_unstable(struct folio *f, size_t off, size_t len,
 	if (!folio_single_block(f)) {
 		size_t n = folio_nblocks(f), first, end;
 		blocks_outward(f, off, len, &first, &end);
-		*newly = bitmap_set_range_count(f->state, 2 * n + first,
-						2 * n + end);
+		if (3 * n <= 64) {
+			/* The whole state in one word (up to 21 blocks):
+			 * every completion of a small folio's write. */
+			uint64_t m = ((UINT64_C(1) << (end - first)) - 1)
+				     << (2 * n + first);
+			uint64_t was = f->state[0], fresh = m & ~was;
+			f->state[0] = was | m;
+			*newly = fresh == m ? end - first
+				 : fresh    ? (size_t)__builtin_popcountll(fresh)
+					    : 0;
+		} else {
+			*newly = bitmap_set_range_count(
+				f->state, 2 * n + first, 2 * n + end);
+		}
 	}
 	unsigned old = atomic_fetch_or_explicit(&f->flags, FOLIO_F_UNSTABLE,
 						memory_order_acq_rel);
@@ -434,9 +495,14 @@ int folio_mark_unstable(struct folio *f, size_t off, size_t len,
 		ret = FOLIO_BECAME_UNSTABLE;
 		if (folio_single_block(f))
 			*newly = 1;
+		f->unstable_epoch = (uint32_t)epoch;
+		f->unstable_failures = (uint32_t)failures;
+	} else {
+		if (stamp_before(f->unstable_epoch, (uint32_t)epoch))
+			f->unstable_epoch = (uint32_t)epoch;
+		if (stamp_before((uint32_t)failures, f->unstable_failures))
+			f->unstable_failures = (uint32_t)failures;
 	}
-	if (epoch > f->unstable_epoch)
-		f->unstable_epoch = epoch;
 	spin_unlock(&f->state_lock);
 	return ret;
 }
@@ -455,23 +521,33 @@ static size_t unstable_clear_all(struct folio *f)
 	return (old & FOLIO_F_UNSTABLE) ? n : 0;
 }
 
-bool folio_stabilize(struct folio *f, uint64_t epoch, size_t *released)
+int folio_stabilize(struct folio *f, uint64_t epoch, uint64_t failures,
+		    size_t *released)
 {
 	size_t unused;
 	if (!released)
 		released = &unused;
 	*released = 0;
 	if (!folio_test_unstable(f))
-		return false;
+		return 0;
 	spin_lock(&f->state_lock);
-	/* A write that completed after the flush began may not be covered
-	 * by it: keep the whole folio for the next flush (one epoch per
-	 * folio keeps the header small; the cost is a later release). */
-	if (f->unstable_epoch <= epoch)
-		*released = unstable_clear_all(f);
-	bool left = load_flags(f) & FOLIO_F_UNSTABLE;
+	int ret;
+	if (stamp_before(f->unstable_failures, (uint32_t)failures)) {
+		/* In flight across a failed flush, which may have dropped
+		 * it; the flush that succeeded since proves nothing. */
+		ret = FOLIO_STABLE_LOST;
+	} else {
+		/* A write that completed after the flush began may not be
+		 * covered by it: keep the whole folio for the next flush
+		 * (one epoch per folio keeps the header small; the cost is
+		 * a later release). */
+		if (!stamp_before((uint32_t)epoch, f->unstable_epoch))
+			*released = unstable_clear_all(f);
+		ret = (load_flags(f) & FOLIO_F_UNSTABLE) ? FOLIO_STABLE_LEFT
+							 : 0;
+	}
 	spin_unlock(&f->state_lock);
-	return left;
+	return ret;
 }
 
 int folio_redirty_unstable(struct folio *f, size_t *unstable,

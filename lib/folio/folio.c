@@ -49,7 +49,7 @@ int folio_alloc(struct folio **out, uint64_t pos, size_t size,
 	f->data = data;
 	atomic_init(&f->wb_pending, 0);
 	f->mapping = NULL;
-	f->unstable_epoch = 0;
+	f->unstable_epoch = f->unstable_failures = 0;
 	f->begin_off = f->begin_len = 0;
 	memset(f->state, 0, words * sizeof(uint64_t));
 	*out = f;
@@ -117,6 +117,11 @@ void folio_set_cache_flag(struct folio *f, bool on)
 bool folio_hint_get(struct folio *f)
 {
 	folio_get(f);
+	return folio_hint_adopt(f);
+}
+
+bool folio_hint_adopt(struct folio *f)
+{
 	uint8_t v = atomic_load_explicit(&f->cache_bits, memory_order_relaxed);
 	while ((v >> PIN_SHIFT) != 0x1fu) {
 		if (atomic_compare_exchange_weak_explicit(
@@ -136,15 +141,39 @@ void folio_hint_put(struct folio *f, bool pinned)
 }
 
 /* References before pins: a hint let go meanwhile (pin first, then the
- * reference) can then only make the answer too high. Hints are taken
- * under the index lock, which a caller that must not see too low an
- * answer holds exclusively. */
+ * reference) can then only make the answer too high. A hint taken
+ * meanwhile can make it too low; a caller that must not act on that
+ * (reclaim) uses folio_ref_freeze() instead, which fails then. */
 unsigned folio_unpinned_refs(const struct folio *f)
 {
 	struct folio *w = (struct folio *)f;
 	unsigned refs = atomic_load(&w->refcount);
 	unsigned pins = atomic_load(&w->cache_bits) >> PIN_SHIFT;
 	return refs - pins;
+}
+
+bool folio_ref_freeze(struct folio *f, unsigned unpinned)
+{
+	/* A hint taken or dropped between the two loads changes the count,
+	 * so the exchange below fails: only a count that held still with
+	 * exactly `unpinned` references besides the pins is frozen. */
+	unsigned r = atomic_load(&f->refcount);
+	unsigned pins = atomic_load(&f->cache_bits) >> PIN_SHIFT;
+	if (r - pins != unpinned)
+		return false;
+	return atomic_compare_exchange_strong(&f->refcount, &r,
+					      r | FOLIO_REF_FROZEN);
+}
+
+void folio_ref_unfreeze(struct folio *f)
+{
+	atomic_fetch_and(&f->refcount, ~FOLIO_REF_FROZEN);
+}
+
+static void free_header(struct epoch_entry *e)
+{
+	struct folio *f = container_of(e, struct folio, retire);
+	alloc_folio_meta_free(f, meta_size(folio_nblocks(f)));
 }
 
 int folio_new(struct folio **out, uint64_t pos, size_t size, size_t block_size)
@@ -166,6 +195,17 @@ void folio_put(struct folio *f)
 	if (atomic_fetch_sub_explicit(&f->refcount, 1, memory_order_acq_rel) !=
 	    1)
 		return;
+	/* A folio that was in an index may still be looked at by a
+	 * lock-free lookup that found it there just before it left: its
+	 * data goes now (nobody reaches it without a reference), its header
+	 * after a grace period. Whatever a cache counted for it went back
+	 * when it left the index, so the budget never sees the wait. */
+	if (atomic_load_explicit(&f->flags, memory_order_relaxed) &
+	    FOLIO_F_REMOVED) {
+		alloc_folio_data_free(f->data, folio_size(f));
+		epoch_retire(&f->retire, free_header);
+		return;
+	}
 	alloc_folio_mem_free(f->data, folio_size(f), f,
 			     meta_size(folio_nblocks(f)));
 }

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "base/base.h"
+#include "base/epoch.h"
 #include "base/spinlock.h"
 
 /* Folio flag bits (struct folio.flags). */
@@ -51,12 +52,25 @@ struct folio {
 	atomic_llong wb_pending;
 	/* The mapping that indexes this folio (NULL for bare folios). */
 	struct folio_mapping *mapping;
-	/* The newest flush epoch in which a write of this folio completed
-	 * (see folio_mark_unstable()); under state_lock. */
-	uint64_t unstable_epoch;
-	/* What write_begin() prepared: write_end() accepts nothing else.
-	 * Valid while FOLIO_F_WRITE_BEGIN is set (under the folio lock). */
-	uint32_t begin_off, begin_len;
+	union {
+		struct {
+			/* While the folio has unstable blocks, under
+			 * state_lock (see folio_mark_unstable()): the
+			 * newest flush epoch in which a write of them
+			 * completed, and the oldest engine flush-failure
+			 * count one of them was submitted under; both the
+			 * low 32 bits, compared modulo 2^32. */
+			uint32_t unstable_epoch, unstable_failures;
+			/* What write_begin() prepared: write_end() accepts
+			 * nothing else. Valid while FOLIO_F_WRITE_BEGIN is
+			 * set (under the folio lock). */
+			uint32_t begin_off, begin_len;
+		};
+		/* Once the last reference is gone: the header waits here
+		 * for a grace period (folio_put()). No lock-free lookup
+		 * reads these bytes, only refcount and flags. */
+		struct epoch_entry retire;
+	};
 	uint64_t state[];
 };
 
@@ -116,19 +130,30 @@ void folio_count_blocks(struct folio *f, size_t *uptodate, size_t *dirty,
  * no flush has yet made durable. They are clean, but the cache must keep
  * them until a flush that began after their write completed succeeds,
  * and make them dirty again when a flush fails. `epoch` is the mapping's
- * flush epoch read when the write completed.
+ * flush epoch read when the write completed; `failures` the engine's
+ * count of failed flushes read when it was submitted: a flush that failed
+ * after that may have dropped it, even if it completed later and a later
+ * flush succeeded.
  */
 #define FOLIO_BECAME_UNSTABLE 4 /* internal: the folio had no unstable block */
 /* Mark the blocks touched by [off, off+len) unstable; *newly (may be
  * NULL) gets the blocks that were not unstable before. Returns
  * FOLIO_BECAME_UNSTABLE or 0. */
 int folio_mark_unstable(struct folio *f, size_t off, size_t len,
-			uint64_t epoch, size_t *newly);
-/* A flush that began in `epoch` succeeded: forget the unstable blocks
- * when every write behind them completed in `epoch` or earlier; *released
- * (may be NULL) gets how many were forgotten. Returns whether the folio
- * still has unstable blocks. */
-bool folio_stabilize(struct folio *f, uint64_t epoch, size_t *released);
+			uint64_t epoch, uint64_t failures, size_t *newly);
+/* folio_stabilize() results. */
+#define FOLIO_STABLE_LEFT 1 /* unstable blocks remain (a later flush's) */
+#define FOLIO_STABLE_LOST 2 /* nothing changed: a write behind them was
+			      * submitted before a failed flush the caller's
+			      * `failures` counts, and must be made dirty */
+/* A flush that began in `epoch` succeeded, with `failures` failed flushes
+ * of the engine counted before it began and none while it ran: forget the
+ * unstable blocks when every write behind them completed in `epoch` or
+ * earlier and was submitted with that count; *released (may be NULL) gets
+ * how many were forgotten. Returns 0 when none are left, else
+ * FOLIO_STABLE_LEFT or FOLIO_STABLE_LOST. */
+int folio_stabilize(struct folio *f, uint64_t epoch, uint64_t failures,
+		    size_t *released);
 /* A flush failed: every unstable block becomes dirty again. *unstable
  * gets the blocks that were unstable, *newly_dirty those of them that
  * were not dirty already (both may be NULL). Returns FOLIO_BECAME_DIRTY
@@ -164,6 +189,15 @@ static inline bool folio_all_uptodate(const struct folio *f)
 	return folio_flags(f) & FOLIO_F_UPTODATE;
 }
 
+/* A one-block folio whose block is dirty and uptodate (for such a folio
+ * the flags are the block's state). */
+static inline bool folio_single_dirty_uptodate(const struct folio *f)
+{
+	return folio_single_block(f) &&
+	       (folio_flags(f) & (FOLIO_F_DIRTY | FOLIO_F_UPTODATE)) ==
+		       (FOLIO_F_DIRTY | FOLIO_F_UPTODATE);
+}
+
 /* Atomically set `bit` if it is clear. */
 static inline bool folio_try_set_flag(struct folio *f, unsigned bit)
 {
@@ -187,6 +221,30 @@ static inline bool folio_lock_nowait(struct folio *f)
 static inline void folio_release(struct folio *f)
 {
 	folio_clear_flag_wake(f, FOLIO_F_LOCKED | FOLIO_F_WRITE_BEGIN);
+}
+
+/* Inline twins of folio_test_dirty() and folio_test_writeback(), for the
+ * writeback pass's checks of every folio it visits. */
+static inline bool folio_any_dirty(const struct folio *f)
+{
+	return folio_flags(f) & FOLIO_F_DIRTY;
+}
+
+static inline bool folio_under_writeback(const struct folio *f)
+{
+	return folio_flags(f) & FOLIO_F_WRITEBACK;
+}
+
+/* Twins of folio_start_writeback() (false: already set) and
+ * folio_end_writeback() (the caller set it). */
+static inline bool folio_writeback_begin(struct folio *f)
+{
+	return folio_try_set_flag(f, FOLIO_F_WRITEBACK);
+}
+
+static inline void folio_writeback_end(struct folio *f)
+{
+	folio_clear_flag_wake(f, FOLIO_F_WRITEBACK);
 }
 
 static inline bool folio_test_unstable(const struct folio *f)
@@ -314,9 +372,46 @@ void folio_set_cache_flag(struct folio *f, bool on);
  * (true), else a plain reference (false), which folio_hint_put() must be
  * told about. */
 bool folio_hint_get(struct folio *f);
+/* The same for a reference the caller already holds, which becomes the
+ * hint's. */
+bool folio_hint_adopt(struct folio *f);
 void folio_hint_put(struct folio *f, bool pinned);
 /* References other than hint pins. */
 unsigned folio_unpinned_refs(const struct folio *f);
+
+/*
+ * References for lock-free lookups (the kernel's speculative page cache
+ * references). A lookup that found f inside an epoch section may take a
+ * reference only with folio_try_get(), which fails when the folio is
+ * dying (its last reference is gone; the header outlives it until the
+ * grace period) or frozen; it then rechecks that f is still where it
+ * found it.
+ *
+ * A remover that must know nobody but itself uses f (the pool's
+ * reclaim) freezes the count instead of reading it: folio_ref_freeze()
+ * succeeds only when exactly `unpinned` references other than hint pins
+ * are held, and no folio_try_get() succeeds until folio_ref_unfreeze().
+ * Plain references (folio_get(), folio_put(), hint pins) still work on a
+ * frozen count.
+ */
+/* Above any real count: a folio has far fewer than 2^31 references. */
+#define FOLIO_REF_FROZEN 0x80000000u
+
+/* Inline: every lock-free lookup that hits takes it. */
+static inline bool folio_try_get(struct folio *f)
+{
+	unsigned r = atomic_load_explicit(&f->refcount, memory_order_relaxed);
+	do {
+		if (!r || (r & FOLIO_REF_FROZEN))
+			return false;
+	} while (!atomic_compare_exchange_weak_explicit(
+		&f->refcount, &r, r + 1, memory_order_acquire,
+		memory_order_relaxed));
+	return true;
+}
+
+bool folio_ref_freeze(struct folio *f, unsigned unpinned);
+void folio_ref_unfreeze(struct folio *f);
 
 void folio_wait_flag_clear(struct folio *f, unsigned bit);
 /* As folio_wait_flag_clear() but gives up after `timeout` (NULL: never);

@@ -49,15 +49,16 @@ void mapping_commit_destroy(struct folio_mapping *m)
 }
 
 void mapping_mark_unstable(struct folio_mapping *m, struct folio *f,
-			   size_t off, size_t len, uint64_t epoch)
+			   struct index_node *node, size_t off, size_t len,
+			   uint64_t epoch, uint64_t failures)
 {
 	/* Linux policy: nothing is kept for a flush that might fail. */
 	if (m->flags & FOLIO_MAPPING_DROP_ON_ERROR)
 		return;
 	size_t newly;
-	if (folio_mark_unstable(f, off, len, epoch, &newly) &
+	if (folio_mark_unstable(f, off, len, epoch, failures, &newly) &
 	    FOLIO_BECAME_UNSTABLE)
-		mapping_tag_set(m, f, INDEX_TAG_UNSTABLE);
+		mapping_tag_set_at(m, f, node, INDEX_TAG_UNSTABLE);
 	mapping_cache_account(m, 0, 0, mapping_block_bytes(f, newly));
 }
 
@@ -76,10 +77,11 @@ void mapping_unstable_lost(struct folio_mapping *m, struct folio *f)
 			      -mapping_block_bytes(f, unstable));
 }
 
-/* After a flush that began in `epoch`: release what it covered, or make
- * everything unstable dirty again when it failed. */
+/* After a flush that began in `epoch` with `failures` failed flushes of
+ * the engine counted: release what it covered, or make everything
+ * unstable dirty again when it failed. */
 static void settle_unstable(struct folio_mapping *m, uint64_t epoch,
-			    bool failed)
+			    uint64_t failures, bool failed)
 {
 	uint64_t key = 0;
 	struct folio *f;
@@ -87,11 +89,13 @@ static void settle_unstable(struct folio_mapping *m, uint64_t epoch,
 				       (int)INDEX_TAG_UNSTABLE))) {
 		/* Counted as each folio settles: a folio truncated away
 		 * meanwhile was drained, so it changes no count here. */
-		if (failed) {
+		size_t unstable = 0;
+		int r = failed ? FOLIO_STABLE_LOST
+			       : folio_stabilize(f, epoch, failures, &unstable);
+		if (r == FOLIO_STABLE_LOST) {
 			mapping_unstable_lost(m, f);
 		} else {
-			size_t unstable = 0;
-			if (!folio_stabilize(f, epoch, &unstable))
+			if (!r)
 				mapping_tag_clear_unless(m, f,
 							 INDEX_TAG_UNSTABLE,
 							 has_unstable);
@@ -226,14 +230,14 @@ static int settle_flush(struct folio_mapping *m, uint64_t epoch,
 		r = -EIO;
 	if (!r) {
 		resize_settled(m, epoch);
-		settle_unstable(m, epoch, false);
+		settle_unstable(m, epoch, failures, false);
 		m->failures_seen = failures;
 		return 0;
 	}
 	/* Read before the walk: a failure after it may drop writes that
 	 * complete after the walk passed their folio. */
 	m->failures_seen = atomic_load(&m->engine->flush_failures);
-	settle_unstable(m, epoch, true);
+	settle_unstable(m, epoch, m->failures_seen, true);
 	if (!recorded)
 		errseq_record(m, r);
 	return r;
@@ -364,7 +368,7 @@ uint64_t mapping_unstable_epoch(struct folio_mapping *m,
 	struct folio_engine *e = m->engine;
 	int64_t outcome = DURABLE_PENDING;
 	if (result < 0) {
-		engine_durable_failed(e);
+		/* engine.c counted it as a failed flush of the engine. */
 		outcome = result;
 		atomic_store(&m->commit.durable_failed, true);
 	} else if ((size_t)result == io->base.io.len) {

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "mapping/index.h"
 
 #define SLOT_NODE 1u
@@ -109,20 +110,62 @@ static inline uint64_t tag_load(const struct index_node *n, unsigned tag)
 	return atomic_load_explicit(&n->tags[tag], memory_order_acquire);
 }
 
+#define UP_ALL ((1u << INDEX_TAG_COUNT) - 1u)
+
 /*
- * Clear bits of a tag word under the exclusive lock. No tag_set can run
- * then, so a load and a store replace the locked RMW (which would cost
- * ~20 cycles per level on every remove); the word stays an atomic object
- * because readers load it at other times.
+ * Clear bits of a tag word under the exclusive lock. Lock-free tag calls
+ * may change other bits of the word meanwhile, so it is an RMW; the load
+ * first skips it when no bit is set (most words on a remove).
  */
 static inline void tag_clear_bits(struct index_node *n, unsigned tag,
 				  uint64_t mask)
 {
-	uint64_t w = atomic_load_explicit(&n->tags[tag], memory_order_relaxed);
-	if (w & mask) {
-		w &= ~mask;
-		atomic_store_explicit(&n->tags[tag], w, memory_order_relaxed);
-	}
+	if (atomic_load_explicit(&n->tags[tag], memory_order_relaxed) & mask)
+		atomic_fetch_and_explicit(&n->tags[tag], ~mask,
+					  memory_order_relaxed);
+}
+
+/*
+ * Under the exclusive lock: may the parent's tag bit for `child` go?
+ * Clears the child's `up` bit first and reads its word after, so a
+ * lock-free setter, which sets its bit first and reads `up` after, is
+ * either seen here (the parent's bit stays) or sees `up` clear and
+ * completes its set under the read lock once this writer is done.
+ */
+static bool child_untagged(struct index_node *child, unsigned tag)
+{
+	unsigned tb = 1u << tag;
+	atomic_fetch_and(&child->up, ~tb);
+	if (!atomic_load(&child->tags[tag]))
+		return true;
+	atomic_fetch_or(&child->up, tb);
+	return false;
+}
+
+/* Store a slot a lock-free lookup may read: whatever the new value
+ * points to was built before it, and the release makes that visible to
+ * the lookup's acquire load. */
+static inline void slot_publish(struct index_node *n, unsigned i, uintptr_t v)
+{
+	__atomic_store_n(&n->slots[i], v, __ATOMIC_RELEASE);
+}
+
+static inline uintptr_t slot_read(const struct index_node *n, unsigned i)
+{
+	return __atomic_load_n(&n->slots[i], __ATOMIC_ACQUIRE);
+}
+
+#define TOP_LEVEL_MASK ((uintptr_t)15)
+
+/* The root and its level change together for a lock-free lookup. */
+static void set_root(struct index_tree *idx, struct index_node *root,
+		     unsigned shift)
+{
+	idx->root = root;
+	idx->shift = shift;
+	__atomic_store_n(&idx->top,
+			 (uintptr_t)root | (uintptr_t)(shift / INDEX_NODE_SHIFT),
+			 __ATOMIC_RELEASE);
 }
 
 static struct index_node *node_alloc(const struct index_tree *idx)
@@ -131,16 +174,36 @@ static struct index_node *node_alloc(const struct index_tree *idx)
 					  : malloc(sizeof(*n));
 	if (!n)
 		return NULL;
+	/* The root's level shares its word (set_root()); malloc's
+	 * alignment is 16 on every LP64 ABI, an allocator that gives less
+	 * breaks its contract and is refused rather than trusted. */
+	if ((uintptr_t)n & TOP_LEVEL_MASK) {
+		if (idx->alloc)
+			idx->alloc->free(n, idx->alloc->arg);
+		else
+			free(n);
+		return NULL;
+	}
 	n->present = 0;
 	for (unsigned t = 0; t < INDEX_TAG_COUNT; t++)
 		atomic_init(&n->tags[t], 0);
+	atomic_init(&n->up, 0);
 	memset(n->slots, 0, sizeof(n->slots));
 	return n;
 }
 
+static void node_free_now(struct epoch_entry *e)
+{
+	free(container_of(e, struct index_node, retire));
+}
+
+/* A node being freed may have been unlinked just now: in a lockless
+ * index a lookup may still be inside it. */
 static void node_free(const struct index_tree *idx, struct index_node *n)
 {
-	if (idx->alloc)
+	if (idx->lockless)
+		epoch_retire(&n->retire, node_free_now);
+	else if (idx->alloc)
 		idx->alloc->free(n, idx->alloc->arg);
 	else
 		free(n);
@@ -149,11 +212,19 @@ static void node_free(const struct index_tree *idx, struct index_node *n)
 void index_init_alloc(struct index_tree *idx,
 		      const struct index_allocator *alloc)
 {
-	idx->root = NULL;
-	idx->shift = 0;
+	set_root(idx, NULL, 0);
 	idx->count = 0;
 	idx->nodes = 0;
 	idx->alloc = alloc;
+	idx->lockless = false;
+}
+
+int index_set_lockless(struct index_tree *idx)
+{
+	if (idx->alloc)
+		return -EINVAL;
+	idx->lockless = true;
+	return 0;
 }
 
 void index_init(struct index_tree *idx)
@@ -175,9 +246,11 @@ static void free_subtree(const struct index_tree *idx, struct index_node *n)
 
 void index_destroy(struct index_tree *idx)
 {
+	bool lockless = idx->lockless;
 	if (idx->root)
 		free_subtree(idx, idx->root);
 	index_init_alloc(idx, idx->alloc);
+	idx->lockless = lockless;
 }
 
 /*
@@ -239,9 +312,9 @@ static void fixup_up(struct index_tree *idx, const struct path *p)
 		bool changed = false;
 
 		if (!child->present) {
+			slot_publish(parent, p->slot[d - 1], 0);
 			node_free(idx, child);
 			idx->nodes--;
-			parent->slots[p->slot[d - 1]] = 0;
 			parent->present &= ~bit;
 			for (unsigned t = 0; t < INDEX_TAG_COUNT; t++)
 				tag_clear_bits(parent, t, bit);
@@ -250,9 +323,7 @@ static void fixup_up(struct index_tree *idx, const struct path *p)
 		for (unsigned t = 0; t < INDEX_TAG_COUNT; t++) {
 			uint64_t pw = atomic_load_explicit(&parent->tags[t],
 							   memory_order_relaxed);
-			if ((pw & bit) &&
-			    !atomic_load_explicit(&child->tags[t],
-						  memory_order_relaxed)) {
+			if ((pw & bit) && child_untagged(child, t)) {
 				tag_clear_bits(parent, t, bit);
 				changed = true;
 			}
@@ -262,10 +333,10 @@ static void fixup_up(struct index_tree *idx, const struct path *p)
 			break;
 	}
 	if (idx->root && !idx->root->present) {
-		node_free(idx, idx->root);
+		struct index_node *old = idx->root;
+		set_root(idx, NULL, 0);
+		node_free(idx, old);
 		idx->nodes--;
-		idx->root = NULL;
-		idx->shift = 0;
 	}
 	/* Keys are absolute, so only a root whose sole child sits at slot 0
 	 * can be dropped; lowering it keeps lookups as short as the largest
@@ -273,8 +344,10 @@ static void fixup_up(struct index_tree *idx, const struct path *p)
 	while (idx->root && idx->root->present == 1 &&
 	       slot_is_node(idx->root->slots[0])) {
 		struct index_node *old = idx->root;
-		idx->root = slot_node(old->slots[0]);
-		idx->shift -= INDEX_NODE_SHIFT;
+		struct index_node *low = slot_node(old->slots[0]);
+		/* Nothing above a root can lack a bit. */
+		atomic_fetch_or(&low->up, UP_ALL);
+		set_root(idx, low, idx->shift - INDEX_NODE_SHIFT);
 		node_free(idx, old);
 		idx->nodes--;
 	}
@@ -372,21 +445,25 @@ int index_insert(struct index_tree *idx, uint64_t first, unsigned order,
 	unsigned used = 0;
 
 	if (!idx->root) {
-		idx->root = fresh[used++];
-		idx->shift = top;
+		atomic_store(&fresh[used]->up, UP_ALL);
+		set_root(idx, fresh[used], top);
+		used++;
 	}
 	while (idx->shift < top) {
 		struct index_node *up = fresh[used++];
-		up->slots[0] = make_node(idx->root);
+		struct index_node *old = idx->root;
+		up->slots[0] = make_node(old);
 		up->present = 1;
+		atomic_store(&up->up, UP_ALL);
+		/* The old root had nothing above it: its tags reach the new
+		 * root's slot 0 (child_untagged() orders this against
+		 * lock-free setters of the old root's entries). */
 		for (unsigned t = 0; t < INDEX_TAG_COUNT; t++) {
-			if (atomic_load_explicit(&idx->root->tags[t],
-						 memory_order_relaxed))
+			if (!child_untagged(old, t))
 				atomic_store_explicit(&up->tags[t], 1,
 						      memory_order_relaxed);
 		}
-		idx->root = up;
-		idx->shift += INDEX_NODE_SHIFT;
+		set_root(idx, up, idx->shift + INDEX_NODE_SHIFT);
 	}
 
 	struct index_node *n = idx->root;
@@ -394,39 +471,62 @@ int index_insert(struct index_tree *idx, uint64_t first, unsigned order,
 	while (shift > level) {
 		unsigned i = slot_of(first, shift);
 		if (!n->slots[i]) {
-			n->slots[i] = make_node(fresh[used++]);
+			slot_publish(n, i, make_node(fresh[used++]));
 			n->present |= UINT64_C(1) << i;
 		}
 		n = slot_node(n->slots[i]);
 		shift -= INDEX_NODE_SHIFT;
 	}
 	unsigned i = slot_of(first, shift);
-	n->slots[i] = (uintptr_t)entry;
+	/* The head before the back-references: a lookup that reads one
+	 * goes on to the head. */
+	slot_publish(n, i, (uintptr_t)entry);
 	for (unsigned k = 1; k < nslots; k++)
-		n->slots[i + k] = make_sib(i, log_n);
+		slot_publish(n, i + k, make_sib(i, log_n));
 	n->present |= bits(i, nslots);
 	idx->count++;
 	return 0;
 }
 
-void *index_lookup(const struct index_tree *idx, uint64_t key)
+void *index_lookup_slot(const struct index_tree *idx, uint64_t key,
+			const uintptr_t **slot)
 {
-	const struct index_node *n = idx->root;
-	unsigned shift = idx->shift;
+	/* Root and level from one word: a lookup racing a growth or a
+	 * lowering of the root walks one consistent tree, the old or the
+	 * new, and an old node stays valid until its grace period ends. */
+	uintptr_t top = __atomic_load_n(&idx->top, __ATOMIC_ACQUIRE);
+	const struct index_node *n =
+		(const struct index_node *)(top & ~TOP_LEVEL_MASK);
+	unsigned shift = (unsigned)(top & TOP_LEVEL_MASK) * INDEX_NODE_SHIFT;
 
 	if (!n || beyond_node(key, shift))
 		return NULL;
 	for (;;) {
-		uintptr_t v = n->slots[slot_of(key, shift)];
+		unsigned i = slot_of(key, shift);
+		uintptr_t v = slot_read(n, i);
 		if (slot_is_node(v)) {
 			n = slot_node(v);
 			shift -= INDEX_NODE_SHIFT;
 			continue;
 		}
-		if (slot_is_sib(v))
-			v = n->slots[sib_head(v)];
+		if (slot_is_sib(v)) {
+			i = sib_head(v);
+			v = slot_read(n, i);
+			/* The entry went away after its back-reference was
+			 * read, or a new one is half built: a head slot
+			 * holds an entry or nothing. */
+			if (v & SLOT_KIND)
+				return NULL;
+		}
+		*slot = &n->slots[i];
 		return (void *)v;
 	}
+}
+
+void *index_lookup(const struct index_tree *idx, uint64_t key)
+{
+	const uintptr_t *slot;
+	return index_lookup_slot(idx, key, &slot);
 }
 
 void *index_remove(struct index_tree *idx, uint64_t first, unsigned order)
@@ -444,7 +544,7 @@ void *index_remove(struct index_tree *idx, uint64_t first, unsigned order)
 	uint64_t mask = bits((unsigned)i, nslots);
 
 	for (unsigned k = 0; k < nslots; k++)
-		n->slots[(unsigned)i + k] = 0;
+		slot_publish(n, (unsigned)i + k, 0);
 	n->present &= ~mask;
 	for (unsigned t = 0; t < INDEX_TAG_COUNT; t++)
 		tag_clear_bits(n, t, mask);
@@ -462,7 +562,8 @@ void *index_remove(struct index_tree *idx, uint64_t first, unsigned order)
  * space.
  */
 static void *find_common(const struct index_tree *idx, uint64_t *keyp,
-			 uint64_t last, int tag, unsigned *order)
+			 uint64_t last, int tag, unsigned *order,
+			 const struct index_node **nodep)
 {
 	struct {
 		const struct index_node *node;
@@ -515,6 +616,8 @@ static void *find_common(const struct index_tree *idx, uint64_t *keyp,
 			*keyp = base + ((uint64_t)head << shift);
 			if (order)
 				*order = shift + entry_log_slots(n, head);
+			if (nodep)
+				*nodep = n;
 			return (void *)v;
 		}
 		/* Exhausted this node: resume after it in its parent. */
@@ -534,7 +637,7 @@ static void *find_common(const struct index_tree *idx, uint64_t *keyp,
 void *index_find(const struct index_tree *idx, uint64_t *key, uint64_t last,
 		 unsigned *order)
 {
-	return find_common(idx, key, last, -1, order);
+	return find_common(idx, key, last, -1, order, NULL);
 }
 
 void *index_find_tagged(const struct index_tree *idx, uint64_t *key,
@@ -542,7 +645,53 @@ void *index_find_tagged(const struct index_tree *idx, uint64_t *key,
 {
 	if (tag >= INDEX_TAG_COUNT)
 		return NULL;
-	return find_common(idx, key, last, (int)tag, order);
+	return find_common(idx, key, last, (int)tag, order, NULL);
+}
+
+unsigned index_find_tagged_batch(const struct index_tree *idx, uint64_t *key,
+				 uint64_t last, int tag,
+				 struct index_hit *hits, unsigned max)
+{
+	const struct index_node *n;
+	uint64_t first = *key;
+	unsigned order;
+	if (tag >= (int)INDEX_TAG_COUNT || !max)
+		return 0;
+	void *e = find_common(idx, &first, last, tag < 0 ? -1 : tag, &order,
+			      &n);
+	if (!e)
+		return 0;
+	/* The rest of the first entry's node, in slot order: entries only
+	 * (a child node or the node's end sends the next call through
+	 * find_common() again). */
+	unsigned shift = level_of(order);
+	/* A node at level 60 spans every key (64 << 60 wraps to 0). */
+	uint64_t base = first & ~((UINT64_C(64) << shift) - 1);
+	unsigned got = 0;
+	for (;;) {
+		hits[got].entry = e;
+		hits[got].node = (struct index_node *)(uintptr_t)n;
+		hits[got].first = first;
+		hits[got].order = order;
+		got++;
+		unsigned next = slot_of(first, shift) +
+				(1u << (order - shift));
+		*key = first + (UINT64_C(1) << order);
+		if (got == max || next == INDEX_NODE_SLOTS)
+			return got;
+		uint64_t cand = (tag < 0 ? n->present
+					 : tag_load(n, (unsigned)tag)) &
+				(ALL_BITS << next);
+		if (!cand)
+			return got;
+		unsigned j = (unsigned)__builtin_ctzll(cand);
+		uintptr_t v = n->slots[j];
+		first = base + ((uint64_t)j << shift);
+		if (first > last || !v || (v & SLOT_KIND))
+			return got;
+		e = (void *)v;
+		order = shift + entry_log_slots(n, j);
+	}
 }
 
 /* Set @mask (the entry's slots) in the leaf's @tag word at the end of
@@ -554,11 +703,16 @@ static void tag_set_path(struct index_tree *idx, struct path *p,
 	/* Top-down, so a set bit always has its ancestors set (see index.h).
 	 * A plain load first keeps hot upper words shared in caches when
 	 * they are already set, which is the common case. */
+	unsigned tb = 1u << tag;
 	for (unsigned d = 0; d + 1 < p->depth; d++) {
 		_Atomic uint64_t *w = &p->node[d]->tags[tag];
 		uint64_t bit = UINT64_C(1) << p->slot[d];
 		if (!(atomic_load_explicit(w, memory_order_relaxed) & bit))
 			atomic_fetch_or_explicit(w, bit, memory_order_relaxed);
+		/* After the parent's bit: `up` promises it. */
+		_Atomic unsigned *up = &p->node[d + 1]->up;
+		if (!(atomic_load_explicit(up, memory_order_relaxed) & tb))
+			atomic_fetch_or(up, tb);
 	}
 	struct index_node *n = p->node[p->depth - 1];
 	/* Always an RMW here, even if already set: the release is what
@@ -590,8 +744,7 @@ static int tag_change(struct index_tree *idx, uint64_t first, unsigned order,
 	int i = locate_exact(idx, first, order, &p);
 	if (i < 0)
 		return -ENOENT;
-	change(idx, &p, tag,
-	       bits((unsigned)i, 1u << (order - level_of(order))));
+	change(idx, &p, tag, index_entry_mask(first, order));
 	return 0;
 }
 
@@ -605,6 +758,54 @@ int index_tag_clear(struct index_tree *idx, uint64_t first, unsigned order,
 		    unsigned tag)
 {
 	return tag_change(idx, first, order, tag, tag_clear_path);
+}
+
+/* Clear the stale bits of the tags in mask from n (at level `shift`,
+ * first key `base`) down, within [first, last]: children first, so a
+ * child's bit goes once nothing below it is tagged. */
+static void prune_node(struct index_node *n, unsigned shift, uint64_t base,
+		       uint64_t first, uint64_t last, unsigned mask)
+{
+	uint64_t span = UINT64_C(1) << shift;
+	unsigned lo = first > base ? slot_of(first, shift) : 0;
+	unsigned hi = INDEX_NODE_SLOTS - 1;
+	if (shift + INDEX_NODE_SHIFT < 64 &&
+	    last - base < (UINT64_C(64) << shift))
+		hi = slot_of(last, shift);
+	uint64_t any = 0;
+	for (unsigned t = 0; t < INDEX_TAG_COUNT; t++)
+		if (mask & (1u << t))
+			any |= atomic_load_explicit(&n->tags[t],
+						    memory_order_relaxed);
+	any &= (ALL_BITS << lo) & (ALL_BITS >> (63 - hi));
+	while (any) {
+		unsigned i = (unsigned)__builtin_ctzll(any);
+		any &= any - 1;
+		uintptr_t v = n->slots[i];
+		if (!slot_is_node(v))
+			continue;
+		struct index_node *c = slot_node(v);
+		prune_node(c, shift - INDEX_NODE_SHIFT, base + i * span,
+			   first, last, mask);
+		uint64_t bit = UINT64_C(1) << i;
+		for (unsigned t = 0; t < INDEX_TAG_COUNT; t++)
+			if ((mask & (1u << t)) &&
+			    (atomic_load_explicit(&n->tags[t],
+						  memory_order_relaxed) & bit) &&
+			    child_untagged(c, t))
+				tag_clear_bits(n, t, bit);
+	}
+}
+
+void index_tag_prune(struct index_tree *idx, uint64_t first, uint64_t last,
+		     unsigned mask)
+{
+	mask &= UP_ALL;
+	if (!idx->root || first > last || !mask)
+		return;
+	if (beyond_node(first, idx->shift))
+		return;
+	prune_node(idx->root, idx->shift, 0, first, last, mask);
 }
 
 bool index_tag_get(const struct index_tree *idx, uint64_t key, unsigned tag)
@@ -649,6 +850,7 @@ size_t index_node_count(const struct index_tree *idx)
 struct verify_acc {
 	size_t entries;
 	size_t nodes;
+	bool exact; /* no stale bits allowed */
 };
 
 #define VFAIL() (-__LINE__)
@@ -658,6 +860,8 @@ static int verify_node(const struct index_node *n, unsigned shift,
 {
 	acc->nodes++;
 	if (!n->present)
+		return VFAIL();
+	if (is_root && atomic_load(&n->up) != UP_ALL)
 		return VFAIL();
 	for (unsigned t = 0; t < INDEX_TAG_COUNT; t++) {
 		if (atomic_load_explicit(&n->tags[t], memory_order_relaxed) &
@@ -684,7 +888,10 @@ static int verify_node(const struct index_node *n, unsigned shift,
 					&c->tags[t], memory_order_relaxed) != 0;
 				bool mine = (atomic_load_explicit(
 					&n->tags[t], memory_order_relaxed) >> i) & 1;
-				if (child != mine)
+				bool up = (atomic_load(&c->up) >> t) & 1;
+				if ((child || up) && !mine)
+					return VFAIL();
+				if (acc->exact && mine && !child)
 					return VFAIL();
 			}
 			continue;
@@ -730,9 +937,9 @@ static int verify_node(const struct index_node *n, unsigned shift,
 	return 0;
 }
 
-int index_verify(const struct index_tree *idx)
+static int verify(const struct index_tree *idx, bool exact)
 {
-	struct verify_acc acc = { 0, 0 };
+	struct verify_acc acc = { 0, 0, exact };
 
 	if (!idx->root) {
 		if (idx->count || idx->nodes || idx->shift)
@@ -747,4 +954,14 @@ int index_verify(const struct index_tree *idx)
 	if (acc.entries != idx->count || acc.nodes != idx->nodes)
 		return VFAIL();
 	return 0;
+}
+
+int index_verify(const struct index_tree *idx)
+{
+	return verify(idx, false);
+}
+
+int index_verify_pruned(const struct index_tree *idx)
+{
+	return verify(idx, true);
 }

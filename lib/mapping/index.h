@@ -21,22 +21,39 @@
  * a clear bit, so a pass costs in proportion to the tagged entries, not
  * to all entries.
  *
- * Memory: a node is INDEX_NODE_BYTES = 536 bytes on LP64 (64 slot
- * pointers, a presence word, two tag words; the level is implied by the
- * depth, never stored). Dense single-key entries fill leaves completely:
- * 10^6 of them take 15,875 nodes = 8.5 MB, about 8.5 bytes per entry.
+ * Memory: a node is INDEX_NODE_BYTES = 552 bytes on LP64 (64 slot
+ * pointers, a presence word, three tag words, the `up` flags; the level is
+ * implied by the depth, never stored). Dense single-key entries fill
+ * leaves completely: 10^6 of them take 15,875 nodes = 8.8 MB, about 8.8
+ * bytes per entry.
  * Sparse keys cost more: a lone key costs a chain of nodes down to the
  * leaf.
  *
  * Locking (the mapping wraps every call in a pthread rwlock):
  *  - readers, which may run concurrently with each other: index_lookup,
- *    index_find, index_find_tagged, index_tag_get, index_any_tagged,
- *    index_count, index_node_count, and also index_tag_set;
+ *    index_find, index_find_tagged, index_find_tagged_batch,
+ *    index_tag_get, index_any_tagged, index_count, index_node_count, and
+ *    also index_tag_set;
  *  - writers, which need exclusive access: index_insert, index_remove,
- *    index_tag_clear, index_init, index_init_alloc, index_destroy.
- * Slot pointers are plain memory (only exclusive writers change them); tag
- * words are atomics because index_tag_set changes them under the read
- * lock. See index_tag_set() for the memory ordering.
+ *    index_tag_clear, index_tag_prune, index_init, index_init_alloc,
+ *    index_destroy;
+ *  - no lock at all: index_tag_set_fast and index_tag_drop, given a node
+ *    an entry is known to stay in (see index_tag_set_fast()), and
+ *    index_lookup of a lockless index (index_set_lockless()).
+ * Slot pointers change only under the exclusive side, with release stores
+ * that index_lookup() reads with acquire loads, so that a lockless index
+ * can serve lookups with no lock at all; tag words are atomics because
+ * index_tag_set and the lock-free calls change them beside other threads,
+ * so even exclusive writers change them with RMWs. See index_tag_set() for
+ * the memory ordering.
+ *
+ * Stale tag bits. index_tag_drop() clears an entry's own bits only, so a
+ * node's bit may stay set above a subtree that no longer holds a tagged
+ * entry ("stale"). Finds step into such a subtree and find nothing: it
+ * costs time, never an entry. index_tag_prune() clears stale bits of a
+ * key range under the exclusive lock, so a writeback pass takes that lock
+ * once, not once per folio. What always holds: a node whose tag word is
+ * not zero has its bit set in its parent, and so on up.
  */
 #ifndef FOLIO_INDEX_H
 #define FOLIO_INDEX_H
@@ -45,6 +62,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "base/epoch.h"
 
 #define INDEX_TAG_DIRTY 0u
 #define INDEX_TAG_WRITEBACK 1u
@@ -60,14 +79,41 @@
 #define INDEX_MAX_LEVELS 11u
 
 struct index_node {
-	uint64_t present; /* bit i: slot i is not empty */
-	_Atomic uint64_t tags[INDEX_TAG_COUNT];
+	union {
+		struct {
+			uint64_t present; /* bit i: slot i is not empty */
+			_Atomic uint64_t tags[INDEX_TAG_COUNT];
+		};
+		/* An unlinked node of a lock-free index waits here for
+		 * its grace period: lock-free lookups read only slots,
+		 * and the lock-free tag calls never reach an unlinked
+		 * node (only a node holding no entry is ever unlinked,
+		 * and they write only into the node of an entry that
+		 * stays: see index_tag_set_fast()). */
+		struct epoch_entry retire;
+	};
+	/* Bit t: this node's bit of tag t is set in its parent (always all
+	 * set at the root), hence in every ancestor: a tag set on an entry
+	 * of this node needs no walk from the root (index_tag_set_fast()).
+	 * Set only after the parent's bit, cleared (under the exclusive
+	 * lock) before it. */
+	_Atomic unsigned up;
 	/* Encoded: entry pointer, node pointer | 1, or a back-reference to
 	 * the first slot of a multi-slot entry (see index.c). */
 	uintptr_t slots[INDEX_NODE_SLOTS];
 };
 
 #define INDEX_NODE_BYTES sizeof(struct index_node)
+
+/* The slots (as bits of its node's words) of the entry [first,
+ * first + 2^order): 2^(order % 6) of them from slot (first >> level) % 64,
+ * level being order rounded down to a multiple of 6. */
+static inline uint64_t index_entry_mask(uint64_t first, unsigned order)
+{
+	unsigned level = order / INDEX_NODE_SHIFT * INDEX_NODE_SHIFT;
+	unsigned slot = (unsigned)(first >> level) & (INDEX_NODE_SLOTS - 1);
+	return ((UINT64_C(1) << (1u << (order - level))) - 1) << slot;
+}
 
 /*
  * Where an index gets its nodes (INDEX_NODE_BYTES each, aligned like
@@ -85,6 +131,13 @@ struct index_allocator {
 struct index_tree {
 	struct index_node *root; /* NULL when empty */
 	unsigned shift;          /* level of the root node */
+	/* root | shift / 6, published with a release store whenever either
+	 * changes: the one word a lock-free lookup starts from (nodes are
+	 * 16-byte aligned, so the level fits below the pointer). */
+	uintptr_t top;
+	/* Lookups run lock-free (index_set_lockless()): unlinked nodes are
+	 * freed after a grace period. */
+	bool lockless;
 	size_t count;            /* entries */
 	size_t nodes;            /* nodes allocated */
 	const struct index_allocator *alloc; /* NULL: malloc and free */
@@ -115,8 +168,38 @@ void index_destroy(struct index_tree *idx);
 int index_insert(struct index_tree *idx, uint64_t first, unsigned order,
 		 void *entry);
 
-/* The entry covering `key`, or NULL. Reader. */
+/* The entry covering `key`, or NULL. Reader; in a lockless index also
+ * safe with no lock at all inside an epoch section (epoch.h), against
+ * any writer: it then returns NULL or an entry that was in the index at
+ * some instant during the call, which the caller checks covers `key`
+ * (racing a remove and an insert of a smaller entry in the same node,
+ * a lookup may reach the newer entry through the older one's slots). */
 void *index_lookup(const struct index_tree *idx, uint64_t key);
+
+/* index_lookup() that also returns (when it returns an entry) the slot
+ * it found it in, for index_slot_holds(): whether that slot still holds
+ * the entry, i.e. whether the entry is still in the index, at the cost
+ * of one load instead of a second walk (a lock-free lookup's recheck
+ * after taking its reference). */
+void *index_lookup_slot(const struct index_tree *idx, uint64_t key,
+			const uintptr_t **slot);
+
+static inline bool index_slot_holds(const uintptr_t *slot, const void *entry)
+{
+	/* Only an empty node leaves the tree, and a lowered root holds no
+	 * entry: a slot that still holds the entry is still in the index. */
+	return __atomic_load_n(slot, __ATOMIC_ACQUIRE) == (uintptr_t)entry;
+}
+
+/*
+ * Let lookups run without the lock: from now on every store a
+ * index_lookup() may see is a release store of a fully built node or
+ * entry, and unlinked nodes are freed only after a grace period
+ * (epoch_retire()). Only for an index whose nodes come from malloc (a
+ * retired node cannot keep its allocator alive): -EINVAL otherwise, 0.
+ * Exclusive, before the index is shared.
+ */
+int index_set_lockless(struct index_tree *idx);
 
 /*
  * Remove the entry stored at exactly [first, first + 2^order) and return
@@ -171,11 +254,87 @@ int index_tag_set(struct index_tree *idx, uint64_t first, unsigned order,
 int index_tag_clear(struct index_tree *idx, uint64_t first, unsigned order,
 		    unsigned tag);
 
+/* One entry found by index_find_tagged_batch(). */
+struct index_hit {
+	void *entry;
+	struct index_node *node; /* the node holding it */
+	uint64_t first;          /* its first key */
+	unsigned order;
+};
+
+/*
+ * Up to `max` entries carrying `tag` (every entry for a negative tag)
+ * from [*key, last], in key order, as repeated index_find_tagged() or
+ * index_find() calls would return them, with the node holding each; *key
+ * moves past the last one returned. Entries of the node the first one
+ * lies in come without a walk from the root. Returns the number found
+ * (0 at the end, for max 0 or a tag >= INDEX_TAG_COUNT). Reader.
+ */
+unsigned index_find_tagged_batch(const struct index_tree *idx, uint64_t *key,
+				 uint64_t last, int tag,
+				 struct index_hit *hits, unsigned max);
+
+/*
+ * Set or clear `tag` on the entry [first, first + 2^order) that `node`
+ * holds (from index_find_tagged_batch()), taking no lock: the caller only
+ * guarantees that the entry stays in the index meanwhile (it cannot be
+ * removed, so its node cannot be freed), which the mapping has from the
+ * folio lock or the folio's writeback. Entries never move between nodes.
+ * In a lockless index that also keeps the node linked, so these calls
+ * never write into a node whose presence and tag words have become its
+ * retire link (struct index_node): a node is unlinked only when it holds
+ * no entry (an emptied node, or a root lowered onto its one child, whose
+ * only slot is a node), and growth and lowering move no entry.
+ *
+ * index_tag_set_fast() returns true when done; false when the node's
+ * ancestors may lack the tag, and then the caller must call
+ * index_tag_set() for the entry under the read lock (the entry's bit is
+ * already set: a find may see it once that call returns). Ordering as
+ * index_tag_set(). The bit is set before `up` is read and the exclusive
+ * side clears `up` before it reads the word (both sequentially
+ * consistent), so either this call sees `up` clear or index_tag_prune()
+ * and the remove path see the bit and keep the ancestors' bits.
+ *
+ * index_tag_drop() clears the entry's bits only (an acquire-release RMW:
+ * a caller that re-checks the state the tag stands for after it sees what
+ * a racing setter wrote before its index_tag_set()); bits above may stay
+ * set until index_tag_prune().
+ */
+static inline bool index_tag_set_fast(struct index_node *node, uint64_t first,
+				      unsigned order, unsigned tag)
+{
+	/* Sequentially consistent: see child_untagged() in index.c. It is
+	 * also the release a finder's acquire pairs with. */
+	atomic_fetch_or(&node->tags[tag], index_entry_mask(first, order));
+	return atomic_load(&node->up) & (1u << tag);
+}
+
+static inline void index_tag_drop(struct index_node *node, uint64_t first,
+				  unsigned order, unsigned tag)
+{
+	uint64_t mask = index_entry_mask(first, order);
+	/* A bit read clear here was never set or was set by a setter this
+	 * call then leaves alone: either way nothing a re-check needs. */
+	if (atomic_load_explicit(&node->tags[tag], memory_order_relaxed) & mask)
+		atomic_fetch_and_explicit(&node->tags[tag], ~mask,
+					  memory_order_acq_rel);
+}
+
+/*
+ * Clear the stale bits (see the top of this file) of the tags in mask
+ * (bit t: tag t) in the nodes covering keys [first, last]: afterwards a
+ * bit is set there only above a tagged entry. Costs in proportion to the
+ * nodes of the range whose bit is set. Exclusive.
+ */
+void index_tag_prune(struct index_tree *idx, uint64_t first, uint64_t last,
+		     unsigned mask);
+
 /* Whether the entry covering `key` carries `tag` (false if none). Reader. */
 bool index_tag_get(const struct index_tree *idx, uint64_t key, unsigned tag);
 
-/* Whether any entry carries `tag`: one load. May read true for an instant
- * while a concurrent index_tag_set() is halfway down the tree. Reader. */
+/* Whether any entry may carry `tag`: one load. Reads true while stale
+ * bits are left (see the top of this file), and for an instant while a
+ * concurrent index_tag_set() is halfway down the tree. Reader. */
 bool index_any_tagged(const struct index_tree *idx, unsigned tag);
 
 /* Number of entries. Reader. */
@@ -186,10 +345,14 @@ size_t index_node_count(const struct index_tree *idx);
 
 /*
  * Check every structural invariant (presence words match slots, tags only
- * on occupied slots, parent tag bits exactly summarise children, no empty
- * non-root node, a root that cannot be lowered, entry and node counts).
- * Returns 0 or a negative line-specific code; for tests. Exclusive.
+ * on occupied slots, a parent's tag bit set above every child with a
+ * tagged entry and wherever the child's `up` says so, no empty non-root
+ * node, a root that cannot be lowered, entry and node counts).
+ * index_verify_pruned() also requires parent bits to summarise children
+ * exactly (no stale bits). Return 0 or a negative line-specific code; for
+ * tests. Exclusive.
  */
 int index_verify(const struct index_tree *idx);
+int index_verify_pruned(const struct index_tree *idx);
 
 #endif

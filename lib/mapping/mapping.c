@@ -79,6 +79,7 @@ int folio_mapping_new(struct folio_mapping **out,
 		return -ENOMEM;
 	}
 	index_init(&m->index);
+	(void)index_set_lockless(&m->index); /* malloc's nodes: cannot fail */
 	m->engine = opts->engine;
 	m->block_shift = ilog2_u64(bs);
 	m->min_shift = ilog2_u64(min);
@@ -182,6 +183,10 @@ int folio_mapping_free(struct folio_mapping *m)
 	mapping_commit_destroy(m);
 	atomic_fetch_sub(&m->engine->users, 1);
 	free(m);
+	/* Headers of the folios and nodes this mapping retired come back
+	 * now rather than with some later batch: a program that frees its
+	 * last mapping holds no memory of it (leak checkers included). */
+	epoch_barrier();
 	return 0;
 }
 
@@ -202,10 +207,52 @@ void mapping_grow_eof(struct folio_mapping *m, uint64_t end)
 		;
 }
 
+void (*_Atomic mapping_test_lookup_delay)(void);
+
+/* Does f (found by a lock-free lookup, so perhaps racing a writer) hold
+ * pos? Its position and size never change while its header lives. */
+static inline bool folio_holds(const struct folio *f, uint64_t pos)
+{
+	return pos - f->pos < folio_bytes(f);
+}
+
+static inline void lookup_delay(void)
+{
+	void (*delay)(void) = atomic_load_explicit(&mapping_test_lookup_delay,
+						   memory_order_relaxed);
+	if (delay)
+		delay();
+}
+
+/*
+ * A referenced lookup writing nothing shared: inside an epoch section the
+ * folio found keeps its header, a try-get takes a reference unless it is
+ * dying or frozen, and a reload of the slot it was found in confirms it
+ * did not leave the index before the reference was ours (as the kernel's
+ * page cache does). A lookup that loses such a race takes index_lock
+ * shared, which waits for the remover or reclaimer it raced.
+ */
 struct folio *mapping_lookup(struct folio_mapping *m, uint64_t pos)
 {
+	uint64_t key = mapping_key(m, pos);
+	struct folio *got = NULL;
+	const uintptr_t *slot;
+	unsigned ep = epoch_read_enter();
+	struct folio *f = index_lookup_slot(&m->index, key, &slot);
+	if (f) {
+		lookup_delay();
+		if (folio_holds(f, pos) && folio_try_get(f))
+			got = f;
+		if (got && !index_slot_holds(slot, got))
+			f = NULL; /* left meanwhile: a reference to let go */
+	}
+	epoch_read_exit(ep);
+	if (f == got)
+		return got; /* a hit, or nothing at key */
+	/* Outside the section: the last reference frees. */
+	folio_put(got);
 	pthread_rwlock_rdlock(&m->index_lock);
-	struct folio *f = index_lookup(&m->index, mapping_key(m, pos));
+	f = index_lookup(&m->index, key);
 	folio_get(f);
 	pthread_rwlock_unlock(&m->index_lock);
 	return f;
@@ -339,11 +386,12 @@ static void hint_key_create(void)
 	hint_key_ok = !pthread_key_create(&hint_key, hint_destructor);
 }
 
-/* Make f the hint (a new pinned reference, taken while the caller holds
- * index_lock, as folio_unpinned_refs() requires); returns the old one for
- * the caller to release. */
+/* Make f the hint, pinning the reference the caller took for it when
+ * `adopt`, else a new one (the caller holds index_lock or f's lock, so
+ * no reclaim can be freezing f: see folio_ref_freeze()); returns the old
+ * one for the caller to release. */
 static struct folio *hint_set(struct folio_mapping *m, struct folio *f,
-			      bool *old_pinned)
+			      bool adopt, bool *old_pinned)
 {
 	struct folio *old = hint_take(old_pinned);
 	if (!folio_hint.registered) {
@@ -354,7 +402,7 @@ static struct folio *hint_set(struct folio_mapping *m, struct folio *f,
 			hint_key_ok &&
 			!pthread_setspecific(hint_key, &folio_hint);
 	}
-	folio_hint.pinned = folio_hint_get(f);
+	folio_hint.pinned = adopt ? folio_hint_adopt(f) : folio_hint_get(f);
 	folio_hint.folio = f;
 	folio_hint.id = m->id;
 	return old;
@@ -418,7 +466,7 @@ static struct folio *create_charged(struct folio_mapping *m, uint64_t pos,
 	if (f && quiet)
 		folio_get(f);
 	else if (f)
-		old = hint_set(m, f, &old_pinned);
+		old = hint_set(m, f, false, &old_pinned);
 	pthread_rwlock_unlock(&m->index_lock);
 	hint_release(old, old_pinned);
 	if (c) {
@@ -452,11 +500,9 @@ struct folio *mapping_find_or_create_locked(
 		if (!f || folio_test_removed(f)) {
 			bool old_pinned = false;
 			struct folio *old = NULL;
-			pthread_rwlock_rdlock(&m->index_lock);
-			f = index_lookup(&m->index, mapping_key(m, pos));
+			f = mapping_lookup(m, pos);
 			if (f)
-				old = hint_set(m, f, &old_pinned);
-			pthread_rwlock_unlock(&m->index_lock);
+				old = hint_set(m, f, true, &old_pinned);
 			hint_release(old, old_pinned);
 			if (!f) {
 				bool found;
@@ -486,7 +532,8 @@ struct folio *mapping_find_or_create_locked(
 	}
 }
 
-struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos)
+struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos,
+				     bool sequential)
 {
 	struct folio *f = hint_holding(m, pos);
 	if (f) {
@@ -497,16 +544,23 @@ struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos)
 			return NULL;
 		}
 	} else {
-		/* Locked under index_lock, the folio cannot leave the index
-		 * before the lock is ours, and then not without it: no
-		 * reference and no hint change is needed, so a hot random
-		 * reader writes nothing but the folio's lock word. */
+		/* Locked inside an epoch section, the folio's header cannot
+		 * go away before the lock is ours, and once it is, the folio
+		 * cannot leave the index without it: REMOVED says whether it
+		 * did before. No reference and no hint change is needed, so
+		 * a hot random reader writes nothing but the folio's lock
+		 * word. */
 		bool old_pinned = false;
 		struct folio *old = NULL;
-		pthread_rwlock_rdlock(&m->index_lock);
+		unsigned ep = epoch_read_enter();
 		f = index_lookup(&m->index, mapping_key(m, pos));
-		if (f && !folio_lock_nowait(f))
+		if (f && !(folio_holds(f, pos) && folio_lock_nowait(f)))
 			f = NULL;
+		if (f && folio_test_removed(f)) {
+			folio_release(f);
+			f = NULL;
+		}
+		epoch_read_exit(ep);
 		/* The first use of a folio read ahead is its creator's use
 		 * (mapping_find_or_create_locked()): no access, and it
 		 * becomes the hint, as a folio the reader created would,
@@ -514,9 +568,8 @@ struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos)
 		 * accesses either (a sequential pass must not look hot).
 		 * Once per folio: random hits still change no hint. */
 		bool first = f && folio_test_ra_unread(f);
-		if (first)
-			old = hint_set(m, f, &old_pinned);
-		pthread_rwlock_unlock(&m->index_lock);
+		if (f && (first || sequential))
+			old = hint_set(m, f, false, &old_pinned);
 		hint_release(old, old_pinned);
 		if (!f)
 			return NULL;
@@ -580,7 +633,7 @@ void mapping_lock_folio(struct folio_mapping *m, struct folio *f)
 	/* Only readahead leaves a folio locked with nobody to complete its
 	 * read, and it counts itself in ra_inflight before it locks any:
 	 * a holder seen while that is 0 unlocks on its own. */
-	while (folio_trylock(f) != 1) {
+	while (!folio_lock_nowait(f)) {
 		if (m->engine->ops.wait && atomic_load(&m->ra_inflight)) {
 			struct lock_wait w = {f, false};
 			(void)engine_wait_until(m->engine, lock_taken,
@@ -624,6 +677,24 @@ struct folio *mapping_next_folio(struct folio_mapping *m, uint64_t *key,
 	return f;
 }
 
+unsigned mapping_next_tagged_batch(struct folio_mapping *m, uint64_t *key,
+				   uint64_t last, unsigned tag,
+				   struct index_hit *hits, unsigned max)
+{
+	if (*key > last || *key == UINT64_MAX)
+		return 0;
+	pthread_rwlock_rdlock(&m->index_lock);
+	unsigned n = index_find_tagged_batch(&m->index, key, last, (int)tag,
+					     hits, max);
+	for (unsigned i = 0; i < n; i++)
+		folio_get(hits[i].entry);
+	pthread_rwlock_unlock(&m->index_lock);
+	/* The last entry ended at the top of the key space. */
+	if (n && !*key)
+		*key = UINT64_MAX;
+	return n;
+}
+
 /* Caller holds index_lock. REMOVED changes under the exclusive side, so
  * a folio seen in the index here is the one at its key: a tag change
  * never reaches a newer folio that took a removed one's place (completions
@@ -647,9 +718,32 @@ void mapping_tag_clear_unless(struct folio_mapping *m, struct folio *f,
 {
 	pthread_rwlock_wrlock(&m->index_lock);
 	/* A folio that left the index has no tags to clear. */
-	if (still_indexed(f) && (!still || !still(f)))
-		index_tag_clear(&m->index, mapping_key(m, f->pos),
-				mapping_folio_order(m, f), tag);
+	if (still_indexed(f) && (!still || !still(f))) {
+		uint64_t key = mapping_key(m, f->pos);
+		unsigned order = mapping_folio_order(m, f);
+		index_tag_clear(&m->index, key, order, tag);
+		/*
+		 * A lock-free setter (mapping_tag_set_at(): a completion
+		 * marking the folio unstable) does not wait for this lock.
+		 * One that brought the state back after the look above and
+		 * set its bit before the clear lost that bit to it: look
+		 * again and put the tag back. Its state change came before
+		 * its bit's release RMW, which the clear's RMW read, and the
+		 * fence makes that read an acquire, so this look sees it;
+		 * a bit set after the clear stays set.
+		 */
+		atomic_thread_fence(memory_order_acquire);
+		if (still && still(f))
+			index_tag_set(&m->index, key, order, tag);
+	}
+	pthread_rwlock_unlock(&m->index_lock);
+}
+
+void mapping_tags_prune(struct folio_mapping *m, uint64_t first,
+			uint64_t last, unsigned mask)
+{
+	pthread_rwlock_wrlock(&m->index_lock);
+	index_tag_prune(&m->index, first, last, mask);
 	pthread_rwlock_unlock(&m->index_lock);
 }
 
@@ -724,11 +818,13 @@ size_t mapping_reclaim_folio(struct folio_mapping *m, struct folio *f)
 	 * and completions only touch folios under writeback. */
 	if (reclaimable(f)) {
 		pthread_rwlock_wrlock(&m->index_lock);
-		/* Exact under the exclusive index lock: new references to
-		 * an indexed folio are taken under its shared side. The
-		 * index's and the caller's are expected. */
-		if (folio_unpinned_refs(f) == 2) {
+		/* The index's and the caller's references are expected.
+		 * References under the shared side cannot be taken now, and
+		 * lock-free lookups' try-gets fail while the count is frozen,
+		 * so none can appear between the check and the removal. */
+		if (folio_ref_freeze(f, 2)) {
 			remove_locked(m, f);
+			folio_ref_unfreeze(f);
 			freed = folio_size(f);
 		}
 		pthread_rwlock_unlock(&m->index_lock);
@@ -742,8 +838,16 @@ size_t mapping_reclaim_folio(struct folio_mapping *m, struct folio *f)
 bool mapping_any_tagged(struct folio_mapping *m, unsigned tag)
 {
 	pthread_rwlock_rdlock(&m->index_lock);
-	bool any = index_any_tagged(&m->index, tag);
+	bool root = index_any_tagged(&m->index, tag);
+	uint64_t key = 0;
+	/* The root's bit may be stale: only an entry found says yes. */
+	bool any = root && index_find_tagged(&m->index, &key, UINT64_MAX, tag,
+					     NULL);
 	pthread_rwlock_unlock(&m->index_lock);
+	/* Nothing tagged below a set root bit: clear the stale bits once,
+	 * so that the next calls answer from the root again. */
+	if (root && !any)
+		mapping_tags_prune(m, 0, UINT64_MAX, 1u << tag);
 	return any;
 }
 

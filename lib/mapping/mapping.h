@@ -13,7 +13,8 @@
  *            beyond what a reader or writer could observe mid-call)
  *   folio LOCKED bits, in ascending position order
  *   index_lock (rwlock around the radix tree; tags are set under the
- *               shared side with atomics, cleared under the exclusive side)
+ *               shared side with atomics, cleared under the exclusive side;
+ *               lookups of one folio take neither side, see below)
  *   folio state spinlock
  * commit.lock guards only the bookkeeping of flushes and pending resizes;
  * nothing else is taken while it is held.
@@ -27,7 +28,19 @@
  * pointer that io_lock shared used to keep valid is now kept valid by a
  * reference, and whoever locks a folio found in the index checks that it
  * is still there (FOLIO_REMOVED is set under both locks) before using it:
- * mapping_find_or_create_locked() does both. A cache's locks come after
+ * mapping_find_or_create_locked() does both.
+ *
+ * Lookups of the folio at one position take no lock (mapping_lookup(),
+ * mapping_trylock_cached()): inside an epoch section (base/epoch.h) they
+ * walk the index, which publishes nodes and entries with release stores
+ * and frees nodes after a grace period, and take a reference with
+ * folio_try_get() (or the folio lock) followed by a check that the folio
+ * is still there. A folio's header outlives its last reference by a grace
+ * period (its data does not). The pool's reclaim freezes the count
+ * (folio_ref_freeze()) under index_lock exclusive, so "nobody but the
+ * index and me" cannot turn false between its check and the removal.
+ * Iterations, tag changes and removals still use index_lock. A cache's
+ * locks come after
  * every lock above (they are leaves), and nobody waits for cache memory
  * or dirty throttling while holding io_lock or a folio lock.
  */
@@ -221,9 +234,14 @@ struct folio_mapping {
 	atomic_uint ra_inflight;
 	uint64_t ra_max; /* largest window, bytes */
 	struct mapping_ra ra;
-	/* Short writes whose rest was put back dirty: sync repeats its pass
-	 * while this moves, so a short completion never ends a sync. */
-	_Atomic uint64_t short_writes;
+	/* Completed writes whose bytes were put back dirty without an error
+	 * of their own: the rest of a short write, and a write a failed
+	 * flush may have dropped while it was in flight. A sync repeats its
+	 * pass while this moves: such a block may go dirty while the sync
+	 * waits for it, after its pass went by, and no error in the
+	 * sequence tells the sync (the failed flush recorded its own
+	 * before), so it would report success for a block it never wrote. */
+	_Atomic uint64_t rewrites;
 
 	/* Bytes the callers wrote and read, counted on every call: striped
 	 * per thread like io_lock, so threads on disjoint folios do not
@@ -275,8 +293,14 @@ static inline uint64_t mapping_read_end(struct folio_mapping *m)
 /* Raise EOF to at least `end` (concurrent writers race benignly). */
 void mapping_grow_eof(struct folio_mapping *m, uint64_t end);
 
-/* The cached folio holding pos, referenced, or NULL. */
+/* The cached folio holding pos, referenced, or NULL. Lock-free in the
+ * common case (see mapping.c). */
 struct folio *mapping_lookup(struct folio_mapping *m, uint64_t pos);
+
+/* Test hook: called inside the lock-free lookups' epoch section between
+ * finding a folio and taking its reference, so a test can hold the
+ * section open while removers and reclaimers run. NULL: none. */
+extern void (*_Atomic mapping_test_lookup_delay)(void);
 
 /* Bytes a call has charged to m's cache ahead of the folios it is about
  * to create (mapping_cache_reserve()), and the size of the folio it could not
@@ -288,12 +312,16 @@ struct mapping_cache_credit {
 
 /*
  * The cached folio holding pos, locked without waiting, or NULL when it
- * is not cached or someone else holds its lock: the read fast path,
- * which then takes the ordinary one. Counts a cache hit like
- * mapping_find_or_create_locked() and never creates, charges, or
- * changes the thread's hint. Caller holds io_lock shared.
+ * is not cached or someone else holds its lock: the read and write fast
+ * paths, which then take the ordinary one. Counts a cache hit like
+ * mapping_find_or_create_locked() and never creates or charges. A folio
+ * found in the index becomes the thread's hint only with `sequential`
+ * (the caller's next access is likely in it too: a random one would pay
+ * for moving the hint and never use it) or on the first use of a folio
+ * read ahead. Caller holds io_lock shared.
  */
-struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos);
+struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos,
+				     bool sequential);
 
 /* The engine may have lost what f's unstable blocks hold (a failed
  * flush): make them dirty again, with tags and counts (commit.c). */
@@ -420,7 +448,8 @@ static inline void mapping_cache_progress(struct folio_mapping *m)
 size_t mapping_reclaim_folio(struct folio_mapping *m, struct folio *f);
 
 /* Does any folio of m carry `tag` (INDEX_TAG_*)? A hint: it may be
- * stale by the time the caller acts on it. */
+ * stale by the time the caller acts on it. Stale index bits do not make it
+ * true (it confirms with a find, and prunes them when nothing is found). */
 bool mapping_any_tagged(struct folio_mapping *m, unsigned tag);
 /* Bytes of index nodes m uses (metadata statistics). */
 size_t mapping_index_bytes(struct folio_mapping *m);
@@ -444,14 +473,62 @@ int64_t mapping_writeback_chunk(struct folio_mapping *m, uint64_t *cursor,
 struct folio *mapping_next_folio(struct folio_mapping *m, uint64_t *key,
 				 uint64_t last, int tag);
 
+/*
+ * mapping_next_folio() for up to `max` folios carrying `tag`, each
+ * referenced, with the index node holding it (for the *_at calls below).
+ * Returns how many; 0 at the end of [*key, last].
+ */
+unsigned mapping_next_tagged_batch(struct folio_mapping *m, uint64_t *key,
+				   uint64_t last, unsigned tag,
+				   struct index_hit *hits, unsigned max);
+
+/*
+ * Tag changes of a folio through the index node holding it, with no index
+ * lock in the common case: the caller guarantees the folio stays in the
+ * index meanwhile (it holds the folio lock and saw it not REMOVED, or the
+ * folio is under writeback, which truncate, invalidate and reclaim wait
+ * for). Setting falls back to mapping_tag_set() when the node's ancestors
+ * may lack the tag. Dropping clears the folio's own bit and re-sets it if
+ * `still` says the state came back; bits above may stay set until
+ * mapping_tags_prune() (finds skip them at a small cost).
+ */
+void mapping_tag_set(struct folio_mapping *m, struct folio *f, unsigned tag);
+static inline void mapping_tag_set_at(struct folio_mapping *m,
+				      struct folio *f, struct index_node *node,
+				      unsigned tag)
+{
+	if (!index_tag_set_fast(node, mapping_key(m, f->pos),
+				mapping_folio_order(m, f), tag))
+		mapping_tag_set(m, f, tag);
+}
+
+static inline void mapping_tag_drop_at(struct folio_mapping *m,
+				       struct folio *f,
+				       struct index_node *node, unsigned tag,
+				       bool (*still)(const struct folio *))
+{
+	index_tag_drop(node, mapping_key(m, f->pos), mapping_folio_order(m, f),
+		       tag);
+	/* After the drop: a setter that made the state come back before
+	 * it is seen here, one that made it come back after sets the tag
+	 * after the drop (index_tag_drop()). */
+	if (still && still(f))
+		mapping_tag_set_at(m, f, node, tag);
+}
+/* Clear stale tag bits (tags in mask) over keys [first, last]: one
+ * exclusive index_lock acquisition for what drops left behind. */
+void mapping_tags_prune(struct folio_mapping *m, uint64_t first,
+			uint64_t last, unsigned mask);
+
 /* Tag the folio dirty in the index, after a state change returned
  * FOLIO_BECAME_DIRTY. */
 void mapping_tag_dirty(struct folio_mapping *m, struct folio *f);
 
 /* Set or clear one index tag of a folio. Clearing re-checks the folio's
  * state under the exclusive index lock (`still` says whether the state
- * the tag stands for came back meanwhile), so a racing setter's tag is
- * never lost. */
+ * the tag stands for came back meanwhile), before the clear and again
+ * after it, since a lock-free setter (mapping_tag_set_at()) may set its
+ * bit between the two: a racing setter's tag is never lost. */
 void mapping_tag_set(struct folio_mapping *m, struct folio *f, unsigned tag);
 void mapping_tag_clear_unless(struct folio_mapping *m, struct folio *f,
 			      unsigned tag, bool (*still)(const struct folio *));
@@ -465,10 +542,13 @@ void mapping_commit_destroy(struct folio_mapping *m);
  * a flush covers it. Caller holds io_lock exclusively. */
 void mapping_resize_unstable(struct folio_mapping *m, uint64_t size);
 
-/* A write of [off, off+len) of f completed: the bytes are unstable
- * until a flush covering `epoch` succeeds (mapping_unstable_epoch()). */
+/* A write of [off, off+len) of f, held by index node `node` (see
+ * mapping_tag_set_at()), completed: the bytes are unstable until a flush
+ * covering `epoch` succeeds (mapping_unstable_epoch()); `failures` is the
+ * engine's failed-flush count read at its submission. */
 void mapping_mark_unstable(struct folio_mapping *m, struct folio *f,
-			   size_t off, size_t len, uint64_t epoch);
+			   struct index_node *node, size_t off, size_t len,
+			   uint64_t epoch, uint64_t failures);
 
 /*
  * The epoch a write request that completed with `result` marks its bytes
@@ -590,6 +670,7 @@ void mapping_readahead_forget(struct folio_mapping *m, struct folio *f);
 
 struct rq_seg {
 	struct folio *folio;
+	struct index_node *node; /* holding the folio (writeback) */
 	size_t off;
 	size_t len;
 };
@@ -627,6 +708,9 @@ struct rq_builder {
 	void (*end_io)(struct engine_io *rq, ssize_t result);
 	struct io_group *group;
 	struct map_cache map;
+	/* The index node of the folio being added (writeback: its
+	 * completion changes tags through it), else NULL. */
+	struct index_node *node;
 	struct mapping_io *cur;
 	/* Submitted requests, when the caller keeps them (reads): it walks
 	 * and frees them after the group completes. */

@@ -146,7 +146,7 @@ static int finish_reads(struct folio_mapping *m, struct rq_builder *b,
 static int prepare_write(struct folio_mapping *m, struct folio *f, size_t off,
 			 size_t len, bool mark)
 {
-	if (folio_test_uptodate(f))
+	if (folio_all_uptodate(f))
 		return 0;
 	size_t bs = (size_t)1 << f->block_shift, mask = bs - 1;
 	/* Whole-folio tracking writes the whole folio back, so all of it
@@ -248,13 +248,20 @@ static void commit_write(struct folio_mapping *m, struct folio *f, size_t off,
 		 * the object's: blocks wholly past it stay clean (zeros no
 		 * pass may write, which would otherwise stay dirty for
 		 * good once a discard split them off). */
-		size_t size = folio_size(f), mask = folio_block_size(f) - 1;
+		size_t size = folio_bytes(f), mask = folio_block_size(f) - 1;
 		uint64_t eof = MAX(mapping_eof(m), f->pos + off + len);
 		size_t dirty_end = (size_t)MIN((uint64_t)size,
 					       ((eof - f->pos) + mask) & ~mask);
 		if (dirty_end < size)
 			folio_set_uptodate(f, dirty_end, size - dirty_end);
 		r = folio_dirty_counted(f, 0, dirty_end, true, &newly);
+	} else if (folio_single_dirty_uptodate(f)) {
+		/* A rewrite of a dirty block: nothing to update. Every path
+		 * that clears a mapping folio's dirty or uptodate state
+		 * (writeback taking it, truncate, invalidate, read errors)
+		 * holds the folio lock, which is ours, so the flags cannot
+		 * change before it is released. */
+		r = 0;
 	} else {
 		r = folio_dirty_counted(f, off, len, true, &newly);
 	}
@@ -294,6 +301,92 @@ static void throttle(struct folio_mapping *m)
 	m->cache->ops->balance(m->cache, m);
 }
 
+/*
+ * Between two folios of one write, with io_lock held shared: throttle
+ * if this thread dirtied enough. The write lets go of io_lock to wait,
+ * since waiting for writeback holding it could deadlock (a truncate
+ * waiting for it blocks the flusher's writeback of this mapping); it
+ * stays atomic per folio, as documented, and a truncate may come between
+ * its pieces.
+ */
+static void throttle_between_folios(struct folio_mapping *m)
+{
+	if (!over_dirty_limit(m))
+		return;
+	brlock_read_unlock(&m->io_lock);
+	throttle(m);
+	brlock_read_lock(&m->io_lock);
+}
+
+/* Where this thread's last write ended: a write starting there is taken
+ * for the next step of a sequential writer. */
+static _Thread_local struct {
+	uint64_t mapping_id, end;
+} last_write TLS_FAST;
+
+/*
+ * The fast paths of read and write: copy [pos, pos+len) out of (or, with
+ * `write`, into) cached folios that are uptodate over the part wanted, in
+ * order, each under a tried folio lock (atomic per folio against writes,
+ * safe against reclaim and truncate), until a folio is missing, busy or
+ * not uptodate there: no request, no io_group, no engine. Returns the
+ * bytes copied; the caller does the rest the ordinary way, which waits
+ * for busy folios. `sequential`: see mapping_trylock_cached(). Caller
+ * holds io_lock shared; a read has clamped len to EOF. Inlined into
+ * each caller so that `write` costs no branch.
+ */
+static inline __attribute__((always_inline)) size_t
+copy_cached(struct folio_mapping *m, unsigned char *buf, size_t len,
+	    uint64_t pos, bool write, bool sequential)
+{
+	size_t done = 0;
+	while (done < len) {
+		uint64_t p = pos + done;
+		struct folio *f = mapping_trylock_cached(m, p, sequential);
+		if (!f)
+			break;
+		size_t off = (size_t)(p - f->pos);
+		size_t n = MIN(len - done, folio_bytes(f) - off);
+		bool ok = folio_all_uptodate(f) ||
+			  folio_is_uptodate(f, off, n) == 1;
+		if (ok && write) {
+			memcpy(f->data + off, buf + done, n);
+			commit_write(m, f, off, n);
+		} else if (ok) {
+			memcpy(buf + done, f->data + off, n);
+			/* Readahead (readahead.c): see folio_mapping_read(). */
+			mapping_readahead_reached(m, f);
+		}
+		folio_release(f);
+		if (!ok)
+			break;
+		done += n;
+		if (write && done < len)
+			throttle_between_folios(m);
+	}
+	return done;
+}
+
+/*
+ * The write fast path: overwrites of cached folios that are uptodate over
+ * the bytes they change, so there is no folio to create and no edge
+ * block to read; copy_cached() copies in and commit_write() marks them
+ * dirty exactly as the ordinary path does, without its lookup-or-create
+ * loop and read machinery. Whole-folio tracking (edges always read) and
+ * stable writes (waits for writeback) take the ordinary path.
+ */
+static size_t write_cached(struct folio_mapping *m, const unsigned char *src,
+			   size_t len, uint64_t pos)
+{
+	if (m->flags & (FOLIO_MAPPING_FOLIO_DIRTY | FOLIO_MAPPING_STABLE_WRITES))
+		return 0;
+	bool sequential = last_write.mapping_id == m->id &&
+			  last_write.end == pos;
+	/* Only read from: copy_cached() copies into buf for reads alone. */
+	return copy_cached(m, (unsigned char *)src, len, pos, true,
+			   sequential);
+}
+
 ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
 			    size_t len, uint64_t pos)
 {
@@ -309,6 +402,7 @@ ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
 	size_t done = 0;
 	struct mapping_cache_credit credit = {0, 0};
 	brlock_read_lock(&m->io_lock);
+	done = write_cached(m, src, len, pos);
 	while (done < len) {
 		uint64_t p = pos + done;
 		struct folio *f = mapping_find_or_create_locked(
@@ -334,26 +428,23 @@ ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
 		}
 		wait_stable(m, f);
 		size_t off = (size_t)(p - f->pos);
-		size_t n = MIN(len - done, folio_size(f) - off);
+		size_t n = MIN(len - done, folio_bytes(f) - off);
 		err = prepare_write(m, f, off, n, false);
 		if (!err) {
 			memcpy(f->data + off, src + done, n);
 			commit_write(m, f, off, n);
 			done += n;
 		}
-		folio_unlock(f);
+		folio_release(f);
 		if (err)
 			break;
-		if (done < len && over_dirty_limit(m)) {
-			/* Throttled between two folios, for the same reason
-			 * as above. */
-			brlock_read_unlock(&m->io_lock);
-			throttle(m);
-			brlock_read_lock(&m->io_lock);
-		}
+		if (done < len)
+			throttle_between_folios(m);
 	}
 	brlock_read_unlock(&m->io_lock);
 	mapping_cache_credit_return(m, &credit);
+	last_write.mapping_id = m->id;
+	last_write.end = pos + done;
 	if (over_dirty_limit(m))
 		throttle(m);
 	return done ? (ssize_t)done : err;
@@ -463,39 +554,6 @@ int mapping_queue_missing(struct rq_builder *b, struct folio *f, size_t off,
 	return 0;
 }
 
-/*
- * Copy what cached, uptodate folios hold of [pos, pos+len), in order,
- * until a folio is missing, busy or not wholly uptodate over the part
- * wanted: no request, no io_group, no engine. Returns the bytes copied;
- * the caller reads the rest the ordinary way. Caller holds io_lock
- * shared and has clamped len to EOF.
- */
-static size_t read_cached(struct folio_mapping *m, unsigned char *dst,
-			  size_t len, uint64_t pos)
-{
-	size_t done = 0;
-	while (done < len) {
-		uint64_t p = pos + done;
-		struct folio *f = mapping_trylock_cached(m, p);
-		if (!f)
-			break;
-		size_t off = (size_t)(p - f->pos);
-		size_t n = MIN(len - done, folio_bytes(f) - off);
-		bool ok = folio_all_uptodate(f) ||
-			  folio_is_uptodate(f, off, n) == 1;
-		if (ok) {
-			memcpy(dst + done, f->data + off, n);
-			/* Readahead (readahead.c): see below. */
-			mapping_readahead_reached(m, f);
-		}
-		folio_release(f);
-		if (!ok)
-			break;
-		done += n;
-	}
-	return done;
-}
-
 ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 			   uint64_t pos)
 {
@@ -514,7 +572,7 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 		len = 0;
 	else
 		len = (size_t)MIN((uint64_t)len, eof - pos);
-	done = read_cached(m, dst, len, pos);
+	done = copy_cached(m, dst, len, pos, false, false);
 	/* Readahead (readahead.c) learns from every read the cache could
 	 * not serve, and may start reading beyond it before the read itself
 	 * locks anything. */

@@ -23,12 +23,14 @@
 
 /* A folio's share of a request finished (bytes counted against its bias). */
 static void wb_folio_done(struct folio_mapping *m, struct folio *f,
-			  long long bytes)
+			  struct index_node *node, long long bytes)
 {
 	if (atomic_fetch_sub(&f->wb_pending, bytes) != bytes)
 		return;
-	mapping_tag_clear_unless(m, f, INDEX_TAG_WRITEBACK, NULL);
-	(void)folio_end_writeback(f);
+	/* Before writeback ends: until then nothing removes the folio, so
+	 * its node stays. The bits above are pruned by a later pass. */
+	mapping_tag_drop_at(m, f, node, INDEX_TAG_WRITEBACK, NULL);
+	folio_writeback_end(f);
 	folio_put(f); /* the reference writeback took */
 }
 
@@ -71,7 +73,8 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 		struct rq_seg *s = &io->segs[i];
 		size_t ok = good > at ? MIN(good - at, s->len) : 0;
 		if (ok)
-			mapping_mark_unstable(m, s->folio, s->off, ok, epoch);
+			mapping_mark_unstable(m, s->folio, s->node, s->off,
+					      ok, epoch, io->flush_failures);
 		if (ok < s->len && !drop)
 			redirty(m, s->folio, s->off + ok, s->len - ok);
 		at += s->len;
@@ -82,20 +85,23 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 	 * (marking first and looking after closes the gap: the failed
 	 * flush counts before it settles). */
 	if (good && !drop &&
-	    atomic_load(&m->engine->flush_failures) != io->flush_failures)
+	    atomic_load(&m->engine->flush_failures) != io->flush_failures) {
 		for (unsigned i = 0; i < io->nsegs; i++)
 			mapping_unstable_lost(m, io->segs[i].folio);
+		atomic_fetch_add(&m->rewrites, 1);
+	}
 	if (good)
 		backing_size_grow(m, io->base.io.pos + good);
 	if (err) {
 		errseq_record(m, err);
 	} else if (good < len) {
 		stat_add(&m->stats.retries, 1);
-		atomic_fetch_add(&m->short_writes, 1);
+		atomic_fetch_add(&m->rewrites, 1);
 	}
 	mapping_cache_account(m, 0, -(int64_t)len, 0);
 	for (unsigned i = 0; i < io->nsegs; i++)
-		wb_folio_done(m, io->segs[i].folio, (long long)io->segs[i].len);
+		wb_folio_done(m, io->segs[i].folio, io->segs[i].node,
+			      (long long)io->segs[i].len);
 	/* Bytes that reached the store are what waiters for room or for
 	 * dirty data to drop need. Before the group drops: the pass waiting
 	 * for this request may return, and its mapping go, at once. */
@@ -181,25 +187,36 @@ static int merge_gaps(struct folio *f, struct folio_range *runs, int n,
 	return out + 1;
 }
 
+static bool still_dirty(const struct folio *f)
+{
+	return folio_any_dirty(f);
+}
+
 /*
- * Write back one locked, dirty folio: take its runs and queue them.
- * Returns the bytes queued.
+ * Write back one locked, dirty folio held by index node `node`: take its
+ * runs and queue them. The caller's reference becomes writeback's, which
+ * its end drops: the folio stays valid while locked all the same, since
+ * the index holds it until it is removed under its lock. Returns the
+ * bytes queued.
  */
 static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
-				struct folio *f, size_t gap)
+				struct folio *f, struct index_node *node,
+				size_t gap)
 {
 	/* EOF as of now, under the folio lock: a writer grows EOF before it
 	 * unlocks the folio it appended to, so every dirty byte of this
 	 * folio lies below it. An EOF read at the start of the pass could
 	 * be older than bytes appended since. */
 	uint64_t eof = mapping_eof(m);
-	long long bias = (long long)folio_size(f) + 1;
-	folio_get(f);
+	long long bias = (long long)folio_bytes(f) + 1;
 	atomic_store(&f->wb_pending, bias);
 	/* Cannot fail: the caller waited for the folio's last writeback
 	 * under the lock it holds. */
-	(void)folio_start_writeback(f);
-	mapping_tag_set(m, f, INDEX_TAG_WRITEBACK);
+	(void)folio_writeback_begin(f);
+	/* Before DIRTY goes: a sync that no longer finds the folio dirty
+	 * must find it under writeback. */
+	mapping_tag_set_at(m, f, node, INDEX_TAG_WRITEBACK);
+	b->node = node;
 
 	uint64_t queued = 0, taken = 0;
 	struct folio_range runs[RUNS_PER_TAKE];
@@ -210,6 +227,7 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
 		/* Before merging: a gap of clean blocks was never dirty. */
 		for (int i = 0; i < n; i++)
 			taken += runs[i].len;
+		bool more = n == RUNS_PER_TAKE;
 		n = merge_gaps(f, runs, n, gap);
 		for (int i = 0; i < n; i++) {
 			uint64_t pos = f->pos + runs[i].off;
@@ -236,16 +254,53 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
 				errseq_record(m, r);
 			}
 		}
+		/* Fewer runs than asked for: that was all of them. */
+		if (!more)
+			break;
 	}
 
 	/* Dirty bits are gone: drop the tag unless a run was put back. */
-	mapping_tag_clear_unless(m, f, INDEX_TAG_DIRTY, folio_test_dirty);
+	mapping_tag_drop_at(m, f, node, INDEX_TAG_DIRTY, still_dirty);
 
 	/* Counted before the bias drops: completions subtract what they
 	 * finish, and the runs put back were counted by redirty(). */
 	mapping_cache_account(m, -(int64_t)taken, (int64_t)queued, 0);
-	wb_folio_done(m, f, bias - (long long)queued);
+	wb_folio_done(m, f, node, bias - (long long)queued);
 	return queued;
+}
+
+/* Dirty folios found per index round trip. */
+#define WB_BATCH 32
+
+/* One folio the pass found tagged dirty, with a reference the call
+ * consumes: write it back if it still is. Returns the bytes queued. */
+static uint64_t visit_folio(struct folio_mapping *m, struct rq_builder *b,
+			    struct wb_params *p, struct folio *f,
+			    struct index_node *node)
+{
+	mapping_lock_folio(m, f);
+	/* Reclaimed meanwhile (it was clean; its node may be gone), or busy
+	 * and this pass does not wait. */
+	bool skip = folio_test_removed(f) ||
+		    (folio_under_writeback(f) && !p->wait_busy);
+	if (!skip && folio_under_writeback(f)) {
+		/* Never sleep on a request we still hold. */
+		rqb_finish(b);
+		int r = mapping_wait_writeback(m, f);
+		if (r)
+			errseq_record(m, r);
+	}
+	if (!skip && folio_any_dirty(f)) {
+		uint64_t queued = writeback_folio(m, b, f, node, p->merge_gap);
+		folio_release(f);
+		return queued;
+	}
+	/* A stale tag (the runs went out with an earlier pass): drop it. */
+	if (!skip)
+		mapping_tag_drop_at(m, f, node, INDEX_TAG_DIRTY, still_dirty);
+	folio_release(f);
+	folio_put(f);
+	return 0;
 }
 
 static int64_t writeback_pass(struct folio_mapping *m,
@@ -267,45 +322,35 @@ static int64_t writeback_pass(struct folio_mapping *m,
 	uint64_t end = MIN(p->end, mapping_eof(m));
 	uint64_t queued = 0;
 	p->resume = 0;
+	uint64_t first = mapping_key(m, p->start), visited = first;
+	bool seen = false;
 	if (p->start < end) {
-		uint64_t key = mapping_key(m, p->start);
+		uint64_t key = first;
 		uint64_t last = mapping_key(m, end - 1);
-		struct folio *f;
-		while ((f = mapping_next_folio(m, &key, last,
-					       INDEX_TAG_DIRTY))) {
-			mapping_lock_folio(m, f);
-			if (folio_test_removed(f)) {
-				/* Reclaimed meanwhile (it was clean). */
-				folio_unlock(f);
-				folio_put(f);
-				continue;
+		visited = last;
+		struct index_hit hits[WB_BATCH];
+		unsigned n = 0, i = 0;
+		for (;; i++) {
+			if (i == n) {
+				n = mapping_next_tagged_batch(
+					m, &key, last, INDEX_TAG_DIRTY, hits,
+					WB_BATCH);
+				i = 0;
+				if (!n)
+					break;
+				seen = true;
 			}
-			if (folio_test_writeback(f)) {
-				if (!p->wait_busy) {
-					folio_unlock(f);
-					folio_put(f);
-					continue;
-				}
-				/* Never sleep on a request we still hold. */
-				rqb_finish(&b);
-				int r = mapping_wait_writeback(m, f);
-				if (r)
-					errseq_record(m, r);
-			}
-			if (folio_test_dirty(f)) {
-				queued += writeback_folio(m, &b, f,
-							  p->merge_gap);
-			} else {
-				/* A stale tag (the runs went out with an
-				 * earlier pass): drop it. */
-				mapping_tag_clear_unless(m, f, INDEX_TAG_DIRTY,
-							 folio_test_dirty);
-			}
-			folio_unlock(f);
-			folio_put(f);
+			queued += visit_folio(m, &b, p, hits[i].entry,
+					      hits[i].node);
 			if (p->budget && queued >= p->budget) {
-				if (key <= last)
-					p->resume = key << m->min_shift;
+				uint64_t next = hits[i].first +
+						(UINT64_C(1) << hits[i].order);
+				if (next && next <= last) {
+					p->resume = next << m->min_shift;
+					visited = next - 1;
+				}
+				while (++i < n)
+					folio_put(hits[i].entry);
 				break;
 			}
 		}
@@ -335,6 +380,12 @@ static int64_t writeback_pass(struct folio_mapping *m,
 		if (r)
 			errseq_record(m, r);
 	}
+	/* The tags the pass dropped (and the completions it waited for)
+	 * leave stale bits above: clear them in one exclusive step. */
+	if (seen)
+		mapping_tags_prune(m, first, visited,
+				   1u << INDEX_TAG_DIRTY |
+					   1u << INDEX_TAG_WRITEBACK);
 	return (int64_t)queued;
 }
 
@@ -363,7 +414,8 @@ int64_t mapping_writeback_chunk(struct folio_mapping *m, uint64_t *cursor,
 	return n;
 }
 
-/* Passes a sync makes while short writes keep putting bytes back. */
+/* Passes a sync makes while completions keep putting bytes back
+ * (m->rewrites). */
 #define SYNC_MAX_PASSES 16
 
 int folio_mapping_sync(struct folio_mapping *m, folio_errseq_t *cursor)
@@ -381,13 +433,14 @@ int folio_mapping_sync(struct folio_mapping *m, folio_errseq_t *cursor)
 	p.durable = &d;
 
 	for (int pass = 0;; pass++) {
-		uint64_t shorts = atomic_load(&m->short_writes);
+		uint64_t rewrites = atomic_load(&m->rewrites);
 		writeback_pass(m, &p);
 		p.durable = NULL; /* one per sync: it holds the flush role */
-		if (atomic_load(&m->short_writes) == shorts)
+		if (atomic_load(&m->rewrites) == rewrites)
 			break;
 		if (pass + 1 == SYNC_MAX_PASSES) {
-			/* The engine keeps writing short: the rest is still
+			/* The engine keeps writing short, or flushes keep
+			 * failing under writes in flight: the rest is still
 			 * dirty, and this sync must not claim success. */
 			errseq_record(m, -EIO);
 			break;

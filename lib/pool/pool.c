@@ -347,6 +347,9 @@ int folio_pool_stats(struct folio_pool *p, struct folio_pool_stats *st)
 	struct alloc_stats as;
 	alloc_stats(&as);
 	s.thread_cache_bytes = as.cached_data_bytes + as.cached_meta_bytes;
+	s.allocator_bytes = as.header_bytes + as.slab_bytes -
+			    as.slab_object_bytes + as.free_resident_bytes +
+			    as.spare_chunks * ALLOC_CHUNK_SIZE;
 	memcpy(st, &s, MIN(st->sz, sizeof(s)));
 	st->sz = s.sz;
 	return 0;
@@ -364,5 +367,8 @@ int64_t folio_pool_shrink(struct folio_pool *p, uint64_t bytes)
 	if (freed < bytes && pool_sum_unstable(p) > 0 &&
 	    pool_flush_unstable(p))
 		freed += pool_reclaim(p, bytes - freed, pool_full_scan(p));
+	/* The folios' memory goes back to the kernel now, not at the next
+	 * time the allocator's free memory passes its bound. */
+	alloc_trim();
 	return (int64_t)freed;
 }

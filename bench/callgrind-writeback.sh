@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Instructions per dirty folio of one writeback pass under callgrind:
+# folio-bench wbpass on the mapping that caches only dirty folios, one
+# 4 KiB block dirty in each 64 KiB folio (so every folio is a request of
+# its own), written back to an engine that completes each request inside
+# submit() without moving bytes: the count is the library's work alone,
+# request building and completion included.
+#
+#   bench/callgrind-writeback.sh [FOLIO_BENCH] [DIRTY] [-- extra wbpass options]
+#
+# FOLIO_BENCH defaults to the first folio-bench found in build-bench/,
+# build/release/ or build/; DIRTY (default 100000) is the dirty folios
+# per pass. Collection is toggled on only inside wbpass_pass(), which
+# holds exactly one folio_mapping_writeback() call; the folios are
+# re-dirtied outside it before each of the ROUNDS (3) passes, so
+# Ir / (ROUNDS * DIRTY) is the cost of writing back one dirty folio.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+script=callgrind-writeback.sh
+. bench/callgrind-common.sh
+cg_setup "$@"
+dirty=$iters
+rounds=3
+
+out=$tmp/callgrind.wb
+valgrind --tool=callgrind --callgrind-out-file="$out" \
+	--toggle-collect='wbpass_pass*' \
+	"$bin" wbpass --inline-engine --only all-dirty --dirty "$dirty" \
+	--rounds "$rounds" --size "$((dirty * 64))K" --folio-size 64K \
+	--bs 4K --block-size 4K "${extra[@]}" \
+	>"$tmp/stdout" 2>"$tmp/stderr" || {
+	echo "$script: run failed:" >&2
+	cat "$tmp/stderr" >&2
+	exit 1
+}
+ir=$(cg_ir "$out")
+n=$((rounds * dirty))
+printf '%-14s %14s %16s\n' folios Ir instr/folio
+awk -v ir="$ir" -v n="$n" 'BEGIN {
+	printf "%-14d %14d %16.1f\n", n, ir, ir / n
+	printf "target <= 1000 instructions per dirty folio: %s\n",
+		ir / n <= 1000 ? "met" : "NOT met" }'
+echo
+echo "Top functions of one folio's writeback (Ir / $n folios):"
+cg_top "$out" "$n"
