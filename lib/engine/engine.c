@@ -89,6 +89,7 @@ int engine_submit(struct folio_engine *e, struct folio_io *io)
 {
 	struct engine_io *rq = container_of(io, struct engine_io, io);
 	rq->barrier_engine = NULL;
+	rq->barrier_untrusted = false;
 	if (io->flags & FOLIO_IO_DURABLE) {
 		for (;;) {
 			unsigned p = atomic_load(&e->barrier_parity) & 1;
@@ -132,7 +133,11 @@ static void barriers_sleep(void *arg, const struct timespec *t)
 int engine_flush(struct folio_engine *e)
 {
 	pthread_mutex_lock(&e->flush_lock);
+	atomic_fetch_add(&e->flush_seq, 1);
 	int r = engine_result(e->ops.flush(e->ctx));
+	if (r)
+		atomic_fetch_add(&e->flush_failures, 1);
+	atomic_fetch_add(&e->flush_seq, 1);
 	if (!r) {
 		unsigned old = atomic_fetch_xor(&e->barrier_parity, 1) & 1;
 		struct barrier_drain d = {&e->barriers[old]};
@@ -142,8 +147,6 @@ int engine_flush(struct folio_engine *e)
 					&d);
 		atomic_fetch_and(d.count, ~BARRIER_SLEEPER);
 	}
-	if (r)
-		atomic_fetch_add(&e->flush_failures, 1);
 	pthread_mutex_unlock(&e->flush_lock);
 	return r;
 }
@@ -166,6 +169,15 @@ void folio_io_complete(struct folio_io *io, ssize_t result)
 		 * the in-flight count, so a flush waiting for it sees it. */
 		if (result < 0)
 			atomic_fetch_add(&e->flush_failures, 1);
+		/*
+		 * The other way round: a flush() running now may have failed
+		 * and dropped what the engine held before this barrier ran
+		 * (which then found nothing to fail on), and counts that only
+		 * when it returns. Once no flush runs, every one that could
+		 * have has counted, and the mapping compares the count.
+		 */
+		else if (atomic_load(&e->flush_seq) & 1)
+			rq->barrier_untrusted = true;
 		barrier_exit(e, rq->barrier_parity);
 	}
 	rq->end_io(rq, result);

@@ -38,6 +38,10 @@ struct folio_engine {
 	 * of a count says a flush sleeps on it. */
 	atomic_uint barrier_parity;
 	atomic_uint barriers[2];
+	/* Odd while a flush() runs and its failure is not yet counted: a
+	 * barrier that completes then cannot know whether that flush lost
+	 * what it had just made durable (see folio_io_complete()). */
+	atomic_uint flush_seq;
 };
 
 /* Allocate an engine of a built-in kind (the kind lets kind-specific calls
@@ -87,6 +91,10 @@ struct engine_io {
 	 * (engine_submit()); NULL for every other request. */
 	struct folio_engine *barrier_engine;
 	unsigned barrier_parity;
+	/* Set by folio_io_complete() on a durable write that completed in
+	 * full while a flush() ran: its barrier's success proves nothing,
+	 * so the write counts as written, not as durable. */
+	bool barrier_untrusted;
 };
 
 /*

@@ -212,8 +212,11 @@ static void redo_after_failure(struct folio_mapping *m, bool *locked)
 
 /*
  * The end of a barrier that began in `epoch`, when the engine's flush
- * failure count was `failures`, and gave r (io_lock not held); a failure
- * is recorded unless `recorded` says its request's completion did.
+ * failure count was `failures`, and gave r (io_lock not held). A failure
+ * is reported after the walk made the unstable blocks dirty, also when
+ * `recorded` says a failed durable write recorded it already: a sync that
+ * began in between passed over those blocks while they were unstable,
+ * and must not report them as written.
  *
  * A flush of this engine that failed since this mapping's last one
  * settled, or while this one ran (another mapping's, or a flush some
@@ -238,7 +241,9 @@ static int settle_flush(struct folio_mapping *m, uint64_t epoch,
 	 * complete after the walk passed their folio. */
 	m->failures_seen = atomic_load(&m->engine->flush_failures);
 	settle_unstable(m, epoch, m->failures_seen, true);
-	if (!recorded)
+	if (recorded)
+		errseq_report_again(m, r);
+	else
 		errseq_record(m, r);
 	return r;
 }
@@ -371,7 +376,8 @@ uint64_t mapping_unstable_epoch(struct folio_mapping *m,
 		/* engine.c counted it as a failed flush of the engine. */
 		outcome = result;
 		atomic_store(&m->commit.durable_failed, true);
-	} else if ((size_t)result == io->base.io.len) {
+	} else if ((size_t)result == io->base.io.len &&
+		   !io->base.barrier_untrusted) {
 		/* Another flush of the engine failed while this was in
 		 * flight: this barrier's success proves nothing about what
 		 * that one dropped (as in settle_flush()). */
@@ -399,7 +405,7 @@ void mapping_commit_sync(struct folio_mapping *m, struct mapping_durable *d)
 			redo_after_failure(m, &locked);
 			brlock_write_unlock(&m->io_lock);
 		}
-		/* A failed write recorded its error as it completed. */
+		/* A write that failed recorded its error as it completed. */
 		r = settle_flush(m, d->epoch, d->failures, (int)outcome,
 				 atomic_load(&m->commit.durable_failed));
 	}
