@@ -543,11 +543,30 @@ struct folio_extent {
 	uint32_t flags;   /* FOLIO_EXTENT_* */
 };
 
+/*
+ * Request flag (struct folio_io.flags, beside the FOLIO_EXTENT_* bits):
+ * durable on completion. Only on writes, and only to engines that
+ * advertise FOLIO_ENGINE_CAP_DURABLE. The engine writes the data, then
+ * runs what flush() would (a durability barrier over every write that
+ * completed before the barrier began, this one included), and completes
+ * the request only after both: with io->len when the write and the
+ * barrier succeeded; with a negative errno when either failed (the
+ * library then treats it as a failed write AND a failed flush); with a
+ * short count when the write stopped short (the bytes written are then
+ * merely written, as for a plain write: the engine need not have run the
+ * barrier, and the library flushes for them later). A sync uses it to hand
+ * the engine "write this, then make it durable" in one asynchronous step
+ * (an io_uring write with a linked fsync; doc/design.md, "Durable
+ * writes").
+ */
+#define FOLIO_IO_DURABLE 0x100u
+
 /** One I/O request. Built by the library; the engine reads every field and
  * may use @engine_data freely until it calls folio_io_complete(). */
 struct folio_io {
 	enum folio_io_op op;
-	uint32_t flags;       /* FOLIO_EXTENT_* of the extent it lies in */
+	uint32_t flags;       /* FOLIO_EXTENT_* of the extent it lies in,
+			       * and FOLIO_IO_DURABLE */
 	uint64_t pos;         /* object (file) position */
 	uint64_t dev_pos;     /* device position (== pos without map()) */
 	size_t len;           /* total bytes = sum of iov lengths */
@@ -632,7 +651,15 @@ struct folio_engine_ops {
 	 * return value is not used (requests it could not start must still
 	 * complete, for instance from wait()). */
 	int (*unplug)(void *ctx);
+	/* Added later (callers whose @sz ends before it get 0): what the
+	 * engine can do beyond the callbacks, FOLIO_ENGINE_CAP_* bits.
+	 * Unknown bits are -EINVAL at creation. */
+	uint64_t caps;
 };
+
+/* struct folio_engine_ops.caps: submit() takes FOLIO_IO_DURABLE writes.
+ * Without it a sync writes, waits, then calls flush(). */
+#define FOLIO_ENGINE_CAP_DURABLE 0x1u
 
 struct folio_engine;
 
@@ -647,7 +674,7 @@ struct folio_engine;
  * Context: any thread; calls no callback. On failure the caller still
  * owns @ctx.
  * Return: 0; -EINVAL for a NULL @out or @ops, an @ops->sz below truncate,
- * or a missing required callback; -E2BIG for a larger @ops whose bytes
+ * a missing required callback or an unknown @ops->caps bit; -E2BIG for a larger @ops whose bytes
  * past the struct this library knows are not all zero; -ENOMEM.
  */
 FOLIO_EXPORT int folio_engine_new(struct folio_engine **out,
@@ -721,8 +748,12 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  * whose only misalignment is the end of its last segment (see
  * FOLIO_ENGINE_DIRECT_ALIGN); a direct read
  * that ends past end of file is zero-filled like any other. A request
- * with an unknown op, iovecs that do not add up to len, or a range past
- * FOLIO_MAX_POS is refused with -EINVAL. flush() is fdatasync() and
+ * with an unknown op, flags other than FOLIO_EXTENT_* and FOLIO_IO_DURABLE
+ * (or FOLIO_IO_DURABLE on a read), iovecs that do not add up to len, or a
+ * range past FOLIO_MAX_POS is refused with -EINVAL. The engine takes
+ * durable writes (FOLIO_ENGINE_CAP_DURABLE): after a full write, submit()
+ * runs flush() before it completes the request (its error is the
+ * result); a short or failed write runs none. flush() is fdatasync() and
  * truncate() is ftruncate() (-EINVAL past FOLIO_MAX_POS); both return
  * -errno on failure. There is no wait(): nothing is ever in flight once
  * submit() has returned.
@@ -790,7 +821,15 @@ FOLIO_EXPORT int folio_engine_posix(struct folio_engine **out, int fd,
  * are retried; other errors complete the request with the error, or with
  * the bytes already transferred when there were some (a short transfer).
  * Refusals as for posix (-EINVAL), plus -ENOMEM and -ESHUTDOWN while the
- * engine is being freed. Completions are delivered by whichever thread
+ * engine is being freed. A FOLIO_IO_DURABLE write (the engine sets
+ * FOLIO_ENGINE_CAP_DURABLE) goes in as the writev SQE linked
+ * (IOSQE_IO_LINK) to an IORING_FSYNC_DATASYNC fsync in the same
+ * submission, two SQEs and two CQEs (a depth-1 ring, whose SQ holds one,
+ * sends the fsync after the write completed); a short or failed write
+ * cancels the fsync, the rest goes in again with a new one, and a request
+ * that ends short or failed is completed so, without a barrier; a
+ * cancelled or interrupted fsync alone is retried; a failed fsync is the
+ * request's result. Completions are delivered by whichever thread
  * reaps them (a wait(), flush() or truncate() caller, or the completion
  * thread) and never under an engine lock, so a completion may submit.
  * flush() waits for every write the calling thread submitted before it,

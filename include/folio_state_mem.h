@@ -55,6 +55,14 @@ extern "C" {
  * truncate() zeroes and frees the store past the new size and sets the
  * size (-EFBIG past @capacity); with it, see
  * folio_engine_mem_set_volatile(). The
+ * engine takes FOLIO_IO_DURABLE writes (FOLIO_ENGINE_CAP_DURABLE): when
+ * such a write is performed (at submit in SYNC mode, when it completes
+ * in POLL and THREAD modes) and transferred in full, a flush follows at
+ * once, exactly as a flush() call would run there (counted in flushes,
+ * matched by FOLIO_MEM_OP_FLUSH rules, failing while powered off), and
+ * its error is the write's result; a write that fails or stops short
+ * runs no flush. A request with other flags than FOLIO_EXTENT_* and
+ * FOLIO_IO_DURABLE, or a durable read, is refused with -EINVAL. The
  * engine's wait() never fails: it returns 0 at once when nothing is in
  * flight, else once at least one request has completed (its completion
  * returned). Requests whose completion the calling thread is itself
@@ -248,6 +256,9 @@ struct folio_mem_stats {
 	uint64_t lost_ops;       /* logged writes and truncates discarded by
 				  * power cuts and losing flushes */
 	uint64_t lost_bytes;     /* the bytes of those writes */
+	/* Added later (smaller @sz: not filled): FOLIO_IO_DURABLE writes
+	 * accepted (their barriers count in @flushes when they run). */
+	uint64_t durable_writes;
 };
 
 /**

@@ -869,3 +869,132 @@ void fe_test_bad_requests(void **state)
 	assert_int_equal(folio_engine_free(e), 0);
 	tfile_close(&f);
 }
+
+/*
+ * fdatasync() as the engines see it (as for ftruncate() above): fails
+ * once with fdatasync_errno when that is set; counts every call, so a
+ * test can tell a barrier run in the ring from one run by the library.
+ */
+static atomic_int fdatasync_errno, fdatasync_calls;
+
+int fdatasync(int fd)
+{
+	atomic_fetch_add(&fdatasync_calls, 1);
+	int err = atomic_exchange(&fdatasync_errno, 0);
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return (int)syscall(SYS_fdatasync, fd);
+}
+
+static long durable_io(struct folio_engine *e, uint64_t pos, void *buf,
+		       size_t len, int nseg)
+{
+	struct tio t;
+	tio_prep(&t, FOLIO_IO_WRITE, pos, buf, len, nseg, 0);
+	t.rq.io.flags = FOLIO_IO_DURABLE;
+	long r = tio_run(e, &t);
+	tio_free(&t);
+	return r;
+}
+
+/*
+ * FOLIO_IO_DURABLE: the data is in the file when the request completes
+ * and the barrier ran (posix: its fdatasync() in submit; io_uring: the
+ * linked fsync, no fdatasync() call); a failed barrier fails the write;
+ * a short write stays short (no barrier); write errors are the result;
+ * many at once (pairs of SQEs) all complete; bad flags are refused.
+ */
+void fe_test_durable(void **state)
+{
+	struct tfile f;
+	if (!tfile_open(&f, state))
+		return;
+	enum { LEN = 30000, N = 24 };
+	char *in = xmalloc(N * LEN), *chk = xmalloc(N * LEN);
+	for (int v = 0; v < fe_variants(); v++) {
+		struct folio_engine *e = fe_new(f.fd, fe_variant_flags(v));
+		assert_true(e->ops.caps & FOLIO_ENGINE_CAP_DURABLE);
+		fill(in, N * LEN, 11 + (uint64_t)v);
+		int calls = atomic_load(&fdatasync_calls);
+		assert_int_equal(durable_io(e, 4096, in, LEN, 3), LEN);
+		assert_int_equal(pread(f.fd, chk, LEN, 4096), LEN);
+		assert_memory_equal(chk, in, LEN);
+		/* One barrier, where the engine says it runs. */
+		assert_int_equal(atomic_load(&fdatasync_calls) - calls,
+				 fe_engine->completes_in_submit ? 1 : 0);
+
+		/* Many in flight at once, from one batch. */
+		struct tio t[N];
+		for (int i = 0; i < N; i++) {
+			tio_prep(&t[i], FOLIO_IO_WRITE, (uint64_t)i * LEN,
+				 in + i * LEN, LEN, 1 + i % 4, 0);
+			t[i].rq.io.flags = i % 2 ? FOLIO_IO_DURABLE : 0;
+			assert_int_equal(eng_submit(e, &t[i]), 0);
+		}
+		assert_int_equal(eng_unplug(e), 0);
+		wait_all(e, t, N);
+		for (int i = 0; i < N; i++) {
+			assert_int_equal(atomic_load(&t[i].result), LEN);
+			tio_free(&t[i]);
+		}
+		assert_int_equal(pread(f.fd, chk, N * LEN, 0), N * LEN);
+		assert_memory_equal(chk, in, N * LEN);
+
+		/* A failed barrier fails the write (only posix calls
+		 * fdatasync() for it). */
+		if (fe_engine->completes_in_submit) {
+			atomic_store(&fdatasync_errno, EIO);
+			assert_int_equal(durable_io(e, 0, in, 512, 1), -EIO);
+			assert_int_equal(atomic_load(&fdatasync_errno), 0);
+		}
+		/* Nothing to write: the barrier still runs. */
+		calls = atomic_load(&fdatasync_calls);
+		assert_int_equal(durable_io(e, 0, in, 0, 0), 0);
+		assert_true(atomic_load(&fdatasync_calls) - calls <= 1);
+
+		/* Short: stopped by a file-size limit, reported short; the
+		 * rest fails. */
+		assert_int_equal(eng_truncate(e, 0), 0);
+		struct rlimit old, lim;
+		assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+		void (*oldsig)(int) = signal(SIGXFSZ, SIG_IGN);
+		lim = old;
+		lim.rlim_cur = 10000;
+		assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+		long r1 = durable_io(e, 0, in, LEN, 5);
+		long r2 = durable_io(e, 20000, in, 100, 1);
+		assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+		signal(SIGXFSZ, oldsig);
+		assert_int_equal(r1, 10000);
+		assert_int_equal(r2, -EFBIG);
+		assert_int_equal(pread(f.fd, chk, LEN, 0), 10000);
+		assert_memory_equal(chk, in, 10000);
+
+		/* Bad flags and durable reads are refused. */
+		struct tio b;
+		tio_prep(&b, FOLIO_IO_READ, 0, chk, 512, 1, 0);
+		b.rq.io.flags = FOLIO_IO_DURABLE;
+		check_refused(e, &b);
+		tio_prep(&b, FOLIO_IO_WRITE, 0, in, 512, 1, 0);
+		b.rq.io.flags = 0x80000000u;
+		check_refused(e, &b);
+		b.rq.io.flags = FOLIO_IO_DURABLE | 0x200u;
+		check_refused(e, &b);
+		if (e->ops.wait)
+			assert_int_equal(eng_wait(e), 0); /* nothing in flight */
+		assert_int_equal(folio_engine_free(e), 0);
+	}
+
+	/* Write errors are the result: the barrier does not run. */
+	int ro = open(f.path, O_RDONLY);
+	assert_true(ro >= 0);
+	struct folio_engine *e = fe_new(ro, 0);
+	assert_int_equal(durable_io(e, 0, in, 100, 1), -EBADF);
+	assert_int_equal(folio_engine_free(e), 0);
+	close(ro);
+	free(in);
+	free(chk);
+	tfile_close(&f);
+}

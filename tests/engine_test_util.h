@@ -191,5 +191,6 @@ void fe_test_direct(void **state);
 void fe_test_direct_tail(void **state);
 void fe_test_errors(void **state);
 void fe_test_bad_requests(void **state);
+void fe_test_durable(void **state);
 
 #endif

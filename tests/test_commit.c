@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <time.h>
 
 #include "folio_state.h"
 #include "folio_state_mem.h"
@@ -504,7 +505,9 @@ static void test_group_commit(void **state)
  * two mappings (A at 0, B at 1 MiB), that can hold one write's completion
  * back after the data reached the cache: a flush failing in between
  * drops that write, however the write's completion and the failed
- * flush's settling interleave.
+ * flush's settling interleave. It takes durable writes too: their
+ * barrier runs at submission, like a linked fsync the kernel ran, and
+ * their completion can be held back past it.
  */
 #define LOSSY_SIZE (2u * 1024 * 1024)
 struct lossy {
@@ -513,7 +516,27 @@ struct lossy {
 	bool vol_set[LOSSY_SIZE / 4096];
 	bool hold_next, fail_next;
 	struct folio_io *held;
+	ssize_t held_result;
+	atomic_uint flushes; /* flush() calls, barriers not counted */
+	/* hold_flush: the next flush() returns only once release_flush is
+	 * set (flush_held says it got there), as a flush still in the
+	 * kernel would. */
+	atomic_bool hold_flush, flush_held, release_flush;
 };
+
+/* Flush the cache into the durable store, or drop it when the flush is
+ * to fail; lock held. */
+static int lossy_barrier_locked(struct lossy *l)
+{
+	bool fail = l->fail_next;
+	l->fail_next = false;
+	for (size_t b = 0; b < LOSSY_SIZE / 4096; b++) {
+		if (l->vol_set[b] && !fail)
+			memcpy(l->durable + b * 4096, l->vol + b * 4096, 4096);
+		l->vol_set[b] = false;
+	}
+	return fail ? -EIO : 0;
+}
 
 static int lossy_submit(void *ctx, struct folio_io *io)
 {
@@ -533,14 +556,21 @@ static int lossy_submit(void *ctx, struct folio_io *io)
 		}
 		at += io->iov[i].iov_len;
 	}
+	ssize_t result = (ssize_t)io->len;
+	if (io->flags & FOLIO_IO_DURABLE) {
+		int r = lossy_barrier_locked(l);
+		if (r)
+			result = r;
+	}
 	bool hold = io->op == FOLIO_IO_WRITE && l->hold_next;
 	if (hold) {
 		l->hold_next = false;
 		l->held = io;
+		l->held_result = result;
 	}
 	pthread_mutex_unlock(&l->lock);
 	if (!hold)
-		folio_io_complete(io, (ssize_t)io->len);
+		folio_io_complete(io, result);
 	return 0;
 }
 
@@ -548,15 +578,15 @@ static int lossy_flush(void *ctx)
 {
 	struct lossy *l = ctx;
 	pthread_mutex_lock(&l->lock);
-	bool fail = l->fail_next;
-	l->fail_next = false;
-	for (size_t b = 0; b < LOSSY_SIZE / 4096; b++) {
-		if (l->vol_set[b] && !fail)
-			memcpy(l->durable + b * 4096, l->vol + b * 4096, 4096);
-		l->vol_set[b] = false;
-	}
+	int r = lossy_barrier_locked(l);
 	pthread_mutex_unlock(&l->lock);
-	return fail ? -EIO : 0;
+	atomic_fetch_add(&l->flushes, 1);
+	if (atomic_exchange(&l->hold_flush, false)) {
+		atomic_store(&l->flush_held, true);
+		while (!atomic_load(&l->release_flush))
+			sched_yield();
+	}
+	return r;
 }
 
 static int lossy_truncate(void *ctx, uint64_t size)
@@ -566,22 +596,52 @@ static int lossy_truncate(void *ctx, uint64_t size)
 	return 0;
 }
 
-static void lossy_run(bool in_flight)
+/* The lossy engine (taking durable writes or not), mappings A and B on it,
+ * and a block of data for each. */
+struct lossy_pair {
+	struct lossy *l;
+	struct folio_engine *e;
+	struct folio_mapping *a, *b;
+	unsigned char data[4096], other[4096];
+};
+
+static struct lossy_pair *lossy_pair_new(bool durable)
 {
-	struct lossy *l = calloc(1, sizeof(*l));
-	assert_non_null(l);
-	pthread_mutex_init(&l->lock, NULL);
+	struct lossy_pair *p = calloc(1, sizeof(*p));
+	assert_non_null(p);
+	p->l = calloc(1, sizeof(*p->l));
+	assert_non_null(p->l);
+	pthread_mutex_init(&p->l->lock, NULL);
 	struct folio_engine_ops ops = {.sz = sizeof(ops),
 				       .submit = lossy_submit,
 				       .flush = lossy_flush,
-				       .truncate = lossy_truncate};
-	struct folio_engine *e;
-	assert_int_equal(folio_engine_new(&e, &ops, l), 0);
-	struct folio_mapping *a = new_mapping(e, 64 * KIB, 0);
-	struct folio_mapping *b = new_mapping(e, 64 * KIB, 0);
-	unsigned char data[4096], other[4096];
-	memset(data, 0xa1, sizeof(data));
-	memset(other, 0xb2, sizeof(other));
+				       .truncate = lossy_truncate,
+				       .caps = durable ? FOLIO_ENGINE_CAP_DURABLE
+						       : 0};
+	assert_int_equal(folio_engine_new(&p->e, &ops, p->l), 0);
+	p->a = new_mapping(p->e, 64 * KIB, 0);
+	p->b = new_mapping(p->e, 64 * KIB, 0);
+	memset(p->data, 0xa1, sizeof(p->data));
+	memset(p->other, 0xb2, sizeof(p->other));
+	return p;
+}
+
+static void lossy_pair_free(struct lossy_pair *p)
+{
+	assert_int_equal(folio_mapping_free(p->a), 0);
+	assert_int_equal(folio_mapping_free(p->b), 0);
+	assert_int_equal(folio_engine_free(p->e), 0);
+	pthread_mutex_destroy(&p->l->lock);
+	free(p->l);
+	free(p);
+}
+
+static void lossy_run(bool in_flight)
+{
+	struct lossy_pair *p = lossy_pair_new(false);
+	struct lossy *l = p->l;
+	struct folio_mapping *a = p->a, *b = p->b;
+	const unsigned char *data = p->data, *other = p->other;
 	assert_int_equal(folio_mapping_write(a, data, 4096, 0), 4096);
 	l->hold_next = in_flight;
 	assert_true(folio_mapping_writeback(a, NULL) > 0);
@@ -602,11 +662,7 @@ static void lossy_run(bool in_flight)
 	assert_memory_equal(l->durable, data, 4096);
 	assert_int_equal(folio_mapping_sync(b, NULL), 0);
 	assert_memory_equal(l->durable + (1u << 20), other, 4096);
-	assert_int_equal(folio_mapping_free(a), 0);
-	assert_int_equal(folio_mapping_free(b), 0);
-	assert_int_equal(folio_engine_free(e), 0);
-	pthread_mutex_destroy(&l->lock);
-	free(l);
+	lossy_pair_free(p);
 }
 
 static void test_failed_flush_of_other_mapping(void **state)
@@ -616,14 +672,91 @@ static void test_failed_flush_of_other_mapping(void **state)
 	lossy_run(true);  /* ... completed after it */
 }
 
+struct barrier_sync {
+	struct lossy *l;
+	struct folio_mapping *m;
+	int result;
+};
+
+static void *barrier_sync_main(void *p)
+{
+	struct barrier_sync *s = p;
+	s->result = folio_mapping_sync(s->m, NULL);
+	return NULL;
+}
+
+/* Completes the held durable write with its failure once a flush has
+ * run, late: the flush's success is known before the barrier's failure
+ * is counted. */
+static void *barrier_late_main(void *p)
+{
+	struct lossy *l = p;
+	while (!atomic_load(&l->flushes))
+		sched_yield();
+	struct timespec ts = {0, 20 * 1000 * 1000};
+	nanosleep(&ts, NULL);
+	pthread_mutex_lock(&l->lock);
+	struct folio_io *io = l->held;
+	ssize_t result = l->held_result;
+	pthread_mutex_unlock(&l->lock);
+	folio_io_complete(io, result);
+	return NULL;
+}
+
+/*
+ * B's sync sends its one write durable, and the barrier fails, dropping
+ * the cache with A's unstable write in it, but the completion that
+ * reports it is late (the kernel ran the linked fsync; nobody reaped it
+ * yet). A's sync meanwhile flushes, and its flush succeeds: the cache is
+ * empty. That success must wait for the barrier's failure to be counted
+ * and must not release A's write.
+ */
+static void test_failed_barrier_of_other_mapping(void **state)
+{
+	(void)state;
+	struct lossy_pair *p = lossy_pair_new(true);
+	struct lossy *l = p->l;
+	struct folio_mapping *a = p->a, *b = p->b;
+	const unsigned char *data = p->data, *other = p->other;
+	assert_int_equal(folio_mapping_write(a, data, 4096, 0), 4096);
+	assert_true(folio_mapping_writeback(a, NULL) > 0);
+	assert_int_equal(folio_mapping_write(b, other, 4096, 1u << 20), 4096);
+	pthread_mutex_lock(&l->lock);
+	l->fail_next = true;
+	l->hold_next = true;
+	pthread_mutex_unlock(&l->lock);
+	struct barrier_sync bs = {.l = l, .m = b};
+	pthread_t tb, tl;
+	assert_int_equal(pthread_create(&tb, NULL, barrier_sync_main, &bs), 0);
+	for (bool held = false; !held; sched_yield()) {
+		pthread_mutex_lock(&l->lock);
+		held = l->held != NULL;
+		pthread_mutex_unlock(&l->lock);
+	}
+	assert_int_equal(pthread_create(&tl, NULL, barrier_late_main, l), 0);
+	/* A never reports its lost write as durable: a sync that returns 0
+	 * has written it again. */
+	int r = folio_mapping_sync(a, NULL);
+	assert_int_equal(pthread_join(tl, NULL), 0);
+	assert_int_equal(pthread_join(tb, NULL), 0);
+	assert_int_equal(bs.result, -EIO);
+	if (r)
+		assert_int_equal(folio_mapping_sync(a, NULL), 0);
+	assert_memory_equal(l->durable, data, 4096);
+	assert_int_equal(folio_mapping_sync(b, NULL), 0);
+	assert_memory_equal(l->durable + (1u << 20), other, 4096);
+	lossy_pair_free(p);
+}
+
 /*
  * Syncs under threads and faults (model check). Writer threads each own a
- * 64 KiB region and write 1..3 blocks of it, sometimes in two places or
- * with a writeback between the two (the first is unstable or in flight
- * when the sync goes), then sync; the mem engine completes requests late,
+ * 64 KiB region and write 1..3 blocks of it, sometimes in two places (two
+ * requests: the sync falls back to flush()) or with a writeback between
+ * the two (the first is unstable or in flight when the sync goes: a
+ * durable write's barrier must cover it), then sync; the mem engine completes requests late,
  * on its own thread, over its volatile cache, while a fault thread keeps
- * injecting write errors, short writes and failing flushes (with and
- * without LOSE). Whenever a sync returns 0, the durable store must hold
+ * injecting write errors, short writes and failing flushes and barriers
+ * (with and without LOSE). Whenever a sync returns 0, the durable store must hold
  * the thread's region exactly as the thread wrote it (it is the region's
  * only writer). Once faults stop, syncs succeed, and a power cut keeps
  * every region. Shared: all writers on one mapping (they contend for its
@@ -700,7 +833,13 @@ static void *dt_main(void *p)
 	uint64_t base = (uint64_t)a->id * DT_REGION;
 	folio_errseq_t cur = folio_mapping_err_cursor(m);
 	unsigned char buf[3 * 4096];
-	for (unsigned i = 0; i < a->c->iters; i++) {
+	/* Past the iterations asked for until a fault has fired: on a busy
+	 * machine the writers could otherwise finish before the fault
+	 * thread got to run, and the model would check nothing. */
+	for (unsigned i = 0;
+	     i < a->c->iters ||
+	     (i < 20 * a->c->iters && !test_mem_stats(a->c->e).faults);
+	     i++) {
 		int runs = test_rand_below(&seed, 4) ? 1 : 2;
 		for (int r = 0; r < runs; r++) {
 			size_t n = 4096 * (1 + test_rand_below(&seed, 3));
@@ -826,11 +965,13 @@ static void sync_threads_run(bool shared, uint64_t seed)
 		assert_true(dt_durable_matches(&a[i]));
 	}
 	struct folio_mem_stats st = test_mem_stats(c.e);
-	printf("# sync_threads %s: %u syncs ok, %u failed, "
-	       "%llu flushes, %llu faults\n",
+	printf("# sync_threads %s: %u syncs ok, %u failed, %llu durable "
+	       "writes, %llu flushes, %llu faults\n",
 	       shared ? "shared" : "own", ok, failed,
+	       (unsigned long long)st.durable_writes,
 	       (unsigned long long)st.flushes, (unsigned long long)st.faults);
-	assert_true(st.faults > 0 && ok > 0);
+	/* Both paths and the faults were exercised. */
+	assert_true(st.durable_writes > 0 && st.faults > 0 && ok > 0);
 	assert_int_equal(folio_engine_mem_power_cut(c.e, 0, 0), 0);
 	for (int i = 0; i < dt_n; i++)
 		assert_true(dt_durable_matches(&a[i]));
@@ -849,6 +990,66 @@ static void test_sync_threads_faults(void **state)
 	sync_threads_run(false, seed + 1);
 }
 
+static void *release_flush_late(void *p)
+{
+	struct lossy *l = p;
+	struct timespec ts = {0, 20 * 1000 * 1000};
+	nanosleep(&ts, NULL);
+	atomic_store(&l->release_flush, true);
+	return NULL;
+}
+
+/*
+ * The other way round: A's flush fails and drops the engine's cache, with
+ * B's unstable write in it, but has not returned (nor been counted) when
+ * B's sync sends its next write durable. The barrier succeeds (the cache
+ * is empty) and its completion sees the old failure count; it must not be
+ * trusted while a flush runs, or B's sync reports the dropped write as
+ * durable.
+ */
+static void test_barrier_during_failing_flush(void **state)
+{
+	(void)state;
+	struct lossy_pair *p = lossy_pair_new(true);
+	struct lossy *l = p->l;
+	struct folio_mapping *a = p->a, *b = p->b;
+	const unsigned char *data = p->data, *first = p->other;
+	unsigned char second[4096];
+	memset(second, 0xc3, sizeof(second));
+	const uint64_t at = 1u << 20;
+	assert_int_equal(folio_mapping_write(b, first, 4096, at), 4096);
+	assert_true(folio_mapping_writeback(b, NULL) > 0); /* unstable */
+	assert_int_equal(folio_mapping_write(a, data, 4096, 0), 4096);
+	pthread_mutex_lock(&l->lock);
+	l->fail_next = true;
+	pthread_mutex_unlock(&l->lock);
+	atomic_store(&l->hold_flush, true);
+	/* A's sync: its one write goes plain (A's flush role is free, but
+	 * the test wants a flush(), so A writes back first), then flush()
+	 * fails, dropping the cache, and is held. */
+	assert_true(folio_mapping_writeback(a, NULL) > 0);
+	struct barrier_sync as = {.l = l, .m = a};
+	pthread_t ta, tr;
+	assert_int_equal(pthread_create(&ta, NULL, barrier_sync_main, &as), 0);
+	while (!atomic_load(&l->flush_held))
+		sched_yield();
+	assert_int_equal(pthread_create(&tr, NULL, release_flush_late, l), 0);
+	assert_int_equal(folio_mapping_write(b, second, 4096, at + 4096),
+			 4096);
+	int r = folio_mapping_sync(b, NULL);
+	assert_int_equal(pthread_join(tr, NULL), 0);
+	assert_int_equal(pthread_join(ta, NULL), 0);
+	assert_int_equal(as.result, -EIO);
+	/* B never reports its dropped first write as durable. */
+	if (r)
+		assert_int_equal(folio_mapping_sync(b, NULL), 0);
+	assert_memory_equal(l->durable + at, first, 4096);
+	assert_memory_equal(l->durable + at + 4096, second, 4096);
+	assert_int_equal(folio_mapping_sync(a, NULL), 0);
+	assert_memory_equal(l->durable, data, 4096);
+	lossy_pair_free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -862,6 +1063,8 @@ int main(void)
 		cmocka_unit_test(test_group_commit),
 		cmocka_unit_test(test_sync_threads_faults),
 		cmocka_unit_test(test_failed_flush_of_other_mapping),
+		cmocka_unit_test(test_failed_barrier_of_other_mapping),
+		cmocka_unit_test(test_barrier_during_failing_flush),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

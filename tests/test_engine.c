@@ -245,6 +245,197 @@ static void test_wait_error(void **state)
 	test_close(m, e);
 }
 
+/*
+ * A user engine that takes durable writes (FOLIO_ENGINE_CAP_DURABLE),
+ * counting them and its flush() calls; a durable write may be made to
+ * fail (its barrier) or to stop short.
+ */
+struct dfake {
+	struct fake base;
+	int flushes, durables, plain;
+	ssize_t durable_result; /* 0: complete in full */
+};
+
+static int dfake_submit(void *ctx, struct folio_io *io)
+{
+	struct dfake *d = ctx;
+	if (io->op != FOLIO_IO_WRITE || !(io->flags & FOLIO_IO_DURABLE)) {
+		d->plain += io->op == FOLIO_IO_WRITE;
+		return fake_submit(&d->base, io);
+	}
+	d->durables++;
+	size_t at = (size_t)io->dev_pos;
+	for (int i = 0; i < io->iovcnt; i++) {
+		memcpy(d->base.store + at, io->iov[i].iov_base,
+		       io->iov[i].iov_len);
+		at += io->iov[i].iov_len;
+	}
+	ssize_t r = d->durable_result ? d->durable_result : (ssize_t)io->len;
+	d->durable_result = 0;
+	folio_io_complete(io, r);
+	return 0;
+}
+
+static int dfake_flush(void *ctx)
+{
+	struct dfake *d = ctx;
+	d->flushes++;
+	return d->base.flush_ret;
+}
+
+static struct folio_mapping *dfake_mapping(struct dfake *d, uint64_t caps,
+					   struct folio_engine **e)
+{
+	struct folio_engine_ops ops = fake_ops;
+	ops.submit = dfake_submit;
+	ops.flush = dfake_flush;
+	ops.destroy = NULL;
+	ops.caps = caps;
+	assert_int_equal(folio_engine_new(e, &ops, d), 0);
+	struct folio_mapping_opts o = {.sz = sizeof(o), .engine = *e,
+				       .size = 65536,
+				       .max_folio_size = 16384};
+	struct folio_mapping *m;
+	assert_int_equal(folio_mapping_new(&m, &o), 0);
+	return m;
+}
+
+/* Unknown capability bits are refused; a struct that ends before caps
+ * has none, whatever follows it. */
+static void test_caps_bad_input(void **state)
+{
+	(void)state;
+	struct fake f = {0};
+	struct folio_engine *e = NULL;
+	struct folio_engine_ops ops = fake_ops;
+	ops.caps = 0x2;
+	assert_int_equal(folio_engine_new(&e, &ops, &f), -EINVAL);
+	ops.caps = ~(uint64_t)0;
+	assert_int_equal(folio_engine_new(&e, &ops, &f), -EINVAL);
+	assert_null(e);
+	ops.sz = offsetof(struct folio_engine_ops, caps);
+	assert_int_equal(folio_engine_new(&e, &ops, &f), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	assert_int_equal(f.destroyed, 1);
+
+	/* Taken for none: its sync writes, then flushes. */
+	struct dfake d = {0};
+	ops = fake_ops;
+	ops.submit = dfake_submit;
+	ops.flush = dfake_flush;
+	ops.destroy = NULL;
+	ops.caps = FOLIO_ENGINE_CAP_DURABLE;
+	ops.sz = offsetof(struct folio_engine_ops, caps);
+	assert_int_equal(folio_engine_new(&e, &ops, &d), 0);
+	struct folio_mapping_opts o = {.sz = sizeof(o), .engine = e};
+	struct folio_mapping *m;
+	assert_int_equal(folio_mapping_new(&m, &o), 0);
+	unsigned char buf[100] = {1};
+	assert_int_equal(folio_mapping_write(m, buf, sizeof(buf), 0), 100);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(d.durables, 0);
+	assert_int_equal(d.flushes, 1);
+	test_close(m, e);
+}
+
+/*
+ * How a sync uses the capability: one request goes durable and no
+ * flush() follows (unstable data of earlier writeback is covered by its
+ * barrier); two requests go plain and one flush() follows; an engine
+ * without the capability always gets plain writes and a flush(). A failed
+ * durable write fails the sync and everything unstable is written again;
+ * a short one is finished plain and then flushed.
+ */
+static void test_durable_sync(void **state)
+{
+	(void)state;
+	unsigned char buf[4096], big[3 * 4096];
+	memset(buf, 0x33, sizeof(buf));
+	memset(big, 0x44, sizeof(big));
+	struct folio_engine *e;
+
+	struct dfake d = {0};
+	struct folio_mapping *m = dfake_mapping(&d, 0, &e);
+	assert_int_equal(folio_mapping_write(m, buf, sizeof(buf), 0), 4096);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(d.durables, 0);
+	assert_int_equal(d.plain, 1);
+	assert_int_equal(d.flushes, 1);
+	test_close(m, e);
+
+	d = (struct dfake){0};
+	m = dfake_mapping(&d, FOLIO_ENGINE_CAP_DURABLE, &e);
+	assert_int_equal(folio_mapping_write(m, buf, sizeof(buf), 0), 4096);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(d.durables, 1);
+	assert_int_equal(d.flushes, 0);
+	assert_int_equal(test_mapping_stats(m).flushes, 1);
+	assert_memory_equal(d.base.store, buf, sizeof(buf));
+
+	/* Earlier writeback left block 8192 unstable: covered too. */
+	assert_int_equal(folio_mapping_write(m, buf, sizeof(buf), 8192), 4096);
+	struct folio_writeback_opts wo = {.sz = sizeof(wo),
+					  .flags = FOLIO_WB_WAIT};
+	assert_int_equal(folio_mapping_writeback(m, &wo), 4096);
+	assert_int_equal(test_mapping_stats(m).unstable_bytes, 4096);
+	assert_int_equal(folio_mapping_write(m, buf, sizeof(buf), 0), 4096);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(d.durables, 2);
+	assert_int_equal(d.flushes, 0);
+	assert_int_equal(test_mapping_stats(m).unstable_bytes, 0);
+
+	/* Two requests: plain writes, one flush. */
+	int plain = d.plain;
+	assert_int_equal(folio_mapping_write(m, buf, sizeof(buf), 0), 4096);
+	assert_int_equal(folio_mapping_write(m, buf, sizeof(buf), 32768),
+			 4096);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(d.durables, 2);
+	assert_int_equal(d.plain, plain + 2);
+	assert_int_equal(d.flushes, 1);
+
+	/* The durable write fails: so does the sync; block 8192, written
+	 * back before and unstable, is dirty again with block 0. */
+	assert_int_equal(folio_mapping_write(m, buf, sizeof(buf), 8192), 4096);
+	assert_int_equal(folio_mapping_writeback(m, &wo), 4096);
+	assert_int_equal(folio_mapping_write(m, big, sizeof(big), 16384),
+			 sizeof(big));
+	d.durable_result = -EIO;
+	assert_int_equal(folio_mapping_sync(m, NULL), -EIO);
+	struct folio_mapping_stats st = test_mapping_stats(m);
+	assert_int_equal(st.dirty_bytes, 4096 + sizeof(big));
+	assert_int_equal(st.unstable_bytes, 0);
+	assert_int_equal(st.errors, 1);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(test_mapping_stats(m).dirty_bytes, 0);
+	assert_memory_equal(d.base.store + 16384, big, sizeof(big));
+
+	/* Short: the rest goes plain, then a flush covers both. */
+	plain = d.plain;
+	int flushes = d.flushes, durables = d.durables;
+	assert_int_equal(folio_mapping_write(m, big, sizeof(big), 16384),
+			 sizeof(big));
+	d.durable_result = 1000;
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(d.durables, durables + 1);
+	assert_int_equal(d.plain, plain + 1);
+	assert_int_equal(d.flushes, flushes + 1);
+	st = test_mapping_stats(m);
+	assert_int_equal(st.dirty_bytes, 0);
+	assert_int_equal(st.unstable_bytes, 0);
+
+	/* A failing flush() after a short durable write fails the sync. */
+	assert_int_equal(folio_mapping_write(m, big, sizeof(big), 16384),
+			 sizeof(big));
+	d.durable_result = 1000;
+	d.base.flush_ret = -EIO;
+	assert_int_equal(folio_mapping_sync(m, NULL), -EIO);
+	assert_int_equal(test_mapping_stats(m).dirty_bytes, sizeof(big));
+	d.base.flush_ret = 0;
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	test_close(m, e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -254,6 +445,8 @@ int main(void)
 		cmocka_unit_test(test_refused_requests),
 		cmocka_unit_test(test_larger_ops),
 		cmocka_unit_test(test_wait_error),
+		cmocka_unit_test(test_caps_bad_input),
+		cmocka_unit_test(test_durable_sync),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

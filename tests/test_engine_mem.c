@@ -1262,6 +1262,151 @@ static void test_flush_fault_keep_lose(void **state)
 	assert_int_equal(folio_engine_free(e), 0);
 }
 
+/* A FOLIO_IO_DURABLE write of buf at pos; its request (held in POLL and
+ * THREAD modes until waited for). */
+static void durable_prep(struct tio *t, uint64_t pos, void *buf, size_t len)
+{
+	tio_prep(t, FOLIO_IO_WRITE, pos, buf, len, 2, 0);
+	t->rq.io.flags = FOLIO_IO_DURABLE;
+}
+
+static long durable_wr(struct folio_engine *e, uint64_t pos, void *buf,
+		       size_t len)
+{
+	struct tio t;
+	durable_prep(&t, pos, buf, len);
+	long r = tio_run(e, &t);
+	tio_free(&t);
+	return r;
+}
+
+/*
+ * Durable writes over the volatile cache, in each completion mode: a full
+ * one is durable when it completes (a power cut keeps it and everything
+ * completed before it), its barrier is judged like flush() (rules on
+ * FOLIO_MEM_OP_FLUSH, LOSE), a failed or short write runs no barrier, and
+ * a barrier runs when the write is performed, not when it was submitted.
+ */
+static void durable_case(enum folio_mem_mode mode)
+{
+	struct folio_engine *e = vol_new(1 << 20);
+	assert_true(e->ops.caps & FOLIO_ENGINE_CAP_DURABLE);
+	assert_int_equal(folio_engine_mem_set_mode(e, mode, 7), 0);
+	char a[8192], b[8192], c[8192], zero[8192] = {0};
+	fill(a, sizeof(a), 60);
+	fill(b, sizeof(b), 61);
+	fill(c, sizeof(c), 62);
+
+	/* A plain write, then a durable one: both survive a cut. */
+	assert_int_equal(wr(e, 0, a, sizeof(a)), 8192);
+	assert_int_equal(durable_wr(e, 8192, b, sizeof(b)), 8192);
+	struct folio_mem_stats st = stats(e);
+	assert_int_equal(st.volatile_ops, 0);
+	assert_int_equal(st.flushes, 1);
+	assert_int_equal(st.durable_writes, 1);
+	assert_int_equal(folio_engine_mem_power_cut(e, 0, 0), 0);
+	check_durable(e, 0, a, sizeof(a));
+	check_durable(e, 8192, b, sizeof(b));
+
+	/* Its barrier fails (LOSE): the write fails and the cache it held,
+	 * the earlier plain write included, is gone. */
+	struct folio_mem_fault f = fault(FOLIO_MEM_OP_FLUSH, 0, 1, -EIO, 0);
+	f.flags = FOLIO_MEM_FAULT_LOSE;
+	assert_int_equal(folio_engine_mem_inject(e, &f), 0);
+	assert_int_equal(wr(e, 0, c, sizeof(c)), 8192);
+	assert_int_equal(durable_wr(e, 8192, c, sizeof(c)), -EIO);
+	check_durable(e, 0, a, sizeof(a));
+	check_read(e, 0, a, sizeof(a));
+	check_read(e, 8192, b, sizeof(b));
+
+	/* The write itself fails: no barrier (the flush count stays). */
+	assert_int_equal(folio_engine_mem_clear_faults(e), 0);
+	assert_int_equal(wr(e, 0, c, sizeof(c)), 8192);
+	f = fault(FOLIO_MEM_OP_WRITE, 0, 1, -ENOSPC, 0);
+	assert_int_equal(folio_engine_mem_inject(e, &f), 0);
+	uint64_t flushes = stats(e).flushes;
+	assert_int_equal(durable_wr(e, 8192, c, sizeof(c)), -ENOSPC);
+	assert_int_equal(stats(e).flushes, flushes);
+	assert_int_equal(stats(e).volatile_ops, 1);
+
+	/* Short: not durable, no barrier; a cut loses what it wrote. */
+	assert_int_equal(folio_engine_mem_clear_faults(e), 0);
+	f = fault(FOLIO_MEM_OP_WRITE, 0, 1, 0, 1000);
+	assert_int_equal(folio_engine_mem_inject(e, &f), 0);
+	assert_int_equal(durable_wr(e, 8192, c, sizeof(c)), 1000);
+	assert_int_equal(stats(e).flushes, flushes);
+	assert_int_equal(folio_engine_mem_power_cut(e, 0, 0), 0);
+	check_durable(e, 0, a, sizeof(a));
+	check_durable(e, 8192, b, sizeof(b));
+
+	/* Powered off: the write fails. */
+	assert_int_equal(folio_engine_mem_clear_faults(e), 0);
+	assert_int_equal(folio_engine_mem_power_cut(e, FOLIO_MEM_CUT_STAY_OFF,
+						    0), 0);
+	assert_int_equal(durable_wr(e, 0, c, sizeof(c)), -EIO);
+	assert_int_equal(folio_engine_mem_power_on(e), 0);
+	check_durable(e, 16384, zero, sizeof(zero));
+
+	if (mode != FOLIO_MEM_SYNC) {
+		/* The barrier runs when the write lands, after writes
+		 * that completed before it: held, then a plain write
+		 * completes first and is covered too. */
+		struct tio t;
+		durable_prep(&t, 16384, c, sizeof(c));
+		assert_int_equal(eng_submit(e, &t), 0);
+		if (mode == FOLIO_MEM_POLL)
+			assert_int_equal(tio_done(&t), 0);
+		assert_int_equal(wr(e, 24576, a, sizeof(a)), 8192);
+		wait_all(e, &t, 1);
+		assert_int_equal(atomic_load(&t.result), 8192);
+		tio_free(&t);
+		check_durable(e, 16384, c, sizeof(c));
+	}
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
+static void test_durable_sync(void **state)
+{
+	durable_case(FOLIO_MEM_SYNC);
+}
+
+static void test_durable_poll(void **state)
+{
+	durable_case(FOLIO_MEM_POLL);
+}
+
+static void test_durable_thread(void **state)
+{
+	durable_case(FOLIO_MEM_THREAD);
+}
+
+/* Without the volatile cache a durable write is a write whose barrier is
+ * counted; bad flags are refused. */
+static void test_durable_plain(void **state)
+{
+	struct folio_engine *e = mem_new(1 << 20);
+	char a[4096];
+	fill(a, sizeof(a), 63);
+	assert_int_equal(durable_wr(e, 0, a, sizeof(a)), 4096);
+	check_durable(e, 0, a, sizeof(a));
+	assert_int_equal(stats(e).flushes, 1);
+	assert_int_equal(durable_wr(e, 0, a, 0), 0);
+	assert_int_equal(stats(e).flushes, 2);
+	struct tio t;
+	tio_prep(&t, FOLIO_IO_READ, 0, a, 512, 1, 0);
+	t.rq.io.flags = FOLIO_IO_DURABLE;
+	assert_int_equal(eng_submit(e, &t), -EINVAL);
+	tio_prep(&t, FOLIO_IO_WRITE, 0, a, 512, 1, 0);
+	t.rq.io.flags = 0x4000u;
+	assert_int_equal(eng_submit(e, &t), -EINVAL);
+	assert_int_equal(tio_done(&t), 0);
+	struct folio_mem_stats st = stats(e);
+	assert_int_equal(st.write_requests, 2);
+	assert_int_equal(st.read_requests, 0);
+	assert_int_equal(st.durable_writes, 2);
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
 static void test_power_cut_held_eio(void **state)
 {
 	struct folio_engine *e = vol_new(1 << 20);
@@ -1713,6 +1858,10 @@ int main(void)
 		cmocka_unit_test(test_volatile_truncate_order),
 		cmocka_unit_test(test_volatile_scatter_map),
 		cmocka_unit_test(test_flush_fault_keep_lose),
+		cmocka_unit_test(test_durable_sync),
+		cmocka_unit_test(test_durable_poll),
+		cmocka_unit_test(test_durable_thread),
+		cmocka_unit_test(test_durable_plain),
 		cmocka_unit_test(test_power_cut_held_eio),
 		cmocka_unit_test(test_power_cut_in_completion),
 		cmocka_unit_test(test_power_cut_from_thread),

@@ -267,6 +267,7 @@ int main(void)
 		FE_ON_BOTH(direct_tail),
 		FE_TEST(errors),
 		FE_TEST(bad_requests),
+		FE_ON_BOTH(durable),
 		cmocka_unit_test(test_bad_input),
 		cmocka_unit_test(test_page_cache_dropped),
 		cmocka_unit_test(test_page_cache_kept),

@@ -277,7 +277,8 @@ static void test_threads_completion_thread(void **state)
  * bursts across a file-size limit (RLIMIT_FSIZE): writes below it complete
  * whole, those crossing it come back short (the engine resubmits the rest,
  * which fails, and reports what was written), those past it fail with
- * -EFBIG. Every burst ends with a flush, as concurrent syncers do.
+ * -EFBIG; half the writes are FOLIO_IO_DURABLE, whose linked fsync such
+ * writes cancel. Every burst ends with a flush, as concurrent syncers do.
  */
 #define SE_THREADS 24
 #define SE_SLOTS 12
@@ -312,6 +313,10 @@ static void *se_main(void *p)
 			tio_prep(&t[k], FOLIO_IO_WRITE, pos[k],
 				 buf + k * SE_SLOT, len[k], 1 + k % 3,
 				 test_rand(&seed));
+			/* Half durable: a linked fsync that a short or
+			 * failed write cancels, with the same results. */
+			if (test_rand(&seed) & 1)
+				t[k].rq.io.flags = FOLIO_IO_DURABLE;
 			if (eng_submit(a->e, &t[k]))
 				a->errors++;
 		}
@@ -557,6 +562,9 @@ static void test_tiny_ring(void **state)
 	for (int i = 0; i < N; i++) {
 		tio_prep(&wt[i], FOLIO_IO_WRITE, (uint64_t)(N + i) * LEN,
 			 in + i * LEN, LEN, 1100, test_rand(&seed));
+		/* A durable write's pair of SQEs is all a 1-entry ring's
+		 * admission limit holds. */
+		wt[i].rq.io.flags = i % 2 ? FOLIO_IO_DURABLE : 0;
 		assert_int_equal(eng_submit(e, &wt[i]), 0);
 	}
 	for (int i = 0; i < N; i++) {
@@ -651,6 +659,7 @@ int main(void)
 		cmocka_unit_test(test_depths),
 		cmocka_unit_test(test_tiny_ring),
 		FE_TEST(bad_requests),
+		FE_ON_BOTH(durable),
 		cmocka_unit_test(test_bad_input),
 	};
 	return cmocka_run_group_tests(tests, fe_group_setup, fe_group_teardown);

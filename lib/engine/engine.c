@@ -25,6 +25,9 @@ int engine_create(struct folio_engine **out,
 		return r;
 	if (!ops->submit || !ops->flush || !ops->truncate)
 		return -EINVAL;
+	if (ops->sz >= SIZEOF_THROUGH(struct folio_engine_ops, caps) &&
+	    (ops->caps & ~(uint64_t)FOLIO_ENGINE_CAP_DURABLE))
+		return -EINVAL;
 	struct folio_engine *e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
@@ -61,12 +64,89 @@ int folio_engine_free(struct folio_engine *e)
 	return 0;
 }
 
+/*
+ * Durable writes against flushes. A durable write's barrier is a flush
+ * the engine runs on its own, and its failure is counted only when the
+ * write completes: a flush that succeeds meanwhile (the failed barrier
+ * took the store's error, or the engine's cache with it) must not be
+ * trusted before that count. So every durable write is counted in flight
+ * under the current parity, and a flush that succeeded flips the parity
+ * and waits for the old one to drain: every barrier that could have run
+ * before it returned has then completed and counted its failure. The
+ * count-then-recheck on submission (as in epoch.h) keeps a write that
+ * saw the old parity from slipping past a flip it did not see.
+ */
+#define BARRIER_SLEEPER 0x80000000u
+
+static void barrier_exit(struct folio_engine *e, unsigned parity)
+{
+	atomic_uint *c = &e->barriers[parity];
+	if (atomic_fetch_sub(c, 1) == (BARRIER_SLEEPER | 1u))
+		futex_wake_all(c);
+}
+
+int engine_submit(struct folio_engine *e, struct folio_io *io)
+{
+	struct engine_io *rq = container_of(io, struct engine_io, io);
+	rq->barrier_engine = NULL;
+	rq->barrier_untrusted = false;
+	if (io->flags & FOLIO_IO_DURABLE) {
+		for (;;) {
+			unsigned p = atomic_load(&e->barrier_parity) & 1;
+			atomic_fetch_add(&e->barriers[p], 1);
+			if ((atomic_load(&e->barrier_parity) & 1) == p) {
+				rq->barrier_parity = p;
+				break;
+			}
+			barrier_exit(e, p);
+		}
+		rq->barrier_engine = e;
+	}
+	int r = engine_result(e->ops.submit(e->ctx, io));
+	if (r && rq->barrier_engine) {
+		/* Refused: no barrier ran. */
+		rq->barrier_engine = NULL;
+		barrier_exit(e, rq->barrier_parity);
+	}
+	return r;
+}
+
+struct barrier_drain {
+	atomic_uint *count;
+};
+
+static bool barriers_drained(void *arg)
+{
+	struct barrier_drain *d = arg;
+	return !(atomic_load(d->count) & ~BARRIER_SLEEPER);
+}
+
+static void barriers_sleep(void *arg, const struct timespec *t)
+{
+	struct barrier_drain *d = arg;
+	unsigned v = atomic_fetch_or(d->count, BARRIER_SLEEPER) |
+		     BARRIER_SLEEPER;
+	if (v != BARRIER_SLEEPER)
+		futex_wait_for(d->count, v, t);
+}
+
 int engine_flush(struct folio_engine *e)
 {
 	pthread_mutex_lock(&e->flush_lock);
+	atomic_fetch_add(&e->flush_seq, 1);
 	int r = engine_result(e->ops.flush(e->ctx));
 	if (r)
 		atomic_fetch_add(&e->flush_failures, 1);
+	atomic_fetch_add(&e->flush_seq, 1);
+	if (!r) {
+		unsigned old = atomic_fetch_xor(&e->barrier_parity, 1) & 1;
+		struct barrier_drain d = {&e->barriers[old]};
+		/* The engine's wait() reaps for engines that need it; its
+		 * error is the waits' own, not this flush's. */
+		(void)engine_wait_until(e, barriers_drained, barriers_sleep,
+					&d);
+		atomic_fetch_and(d.count, ~BARRIER_SLEEPER);
+	}
 	pthread_mutex_unlock(&e->flush_lock);
 	return r;
 }
@@ -81,6 +161,25 @@ void folio_io_complete(struct folio_io *io, ssize_t result)
 	if (!io)
 		return;
 	struct engine_io *rq = container_of(io, struct engine_io, io);
+	struct folio_engine *e = rq->barrier_engine;
+	if (e) {
+		/* A failed durable write may have failed in its barrier,
+		 * which may have dropped what the engine held, whoever wrote
+		 * it, exactly as a failed flush(). Counted before it leaves
+		 * the in-flight count, so a flush waiting for it sees it. */
+		if (result < 0)
+			atomic_fetch_add(&e->flush_failures, 1);
+		/*
+		 * The other way round: a flush() running now may have failed
+		 * and dropped what the engine held before this barrier ran
+		 * (which then found nothing to fail on), and counts that only
+		 * when it returns. Once no flush runs, every one that could
+		 * have has counted, and the mapping compares the count.
+		 */
+		else if (atomic_load(&e->flush_seq) & 1)
+			rq->barrier_untrusted = true;
+		barrier_exit(e, rq->barrier_parity);
+	}
 	rq->end_io(rq, result);
 }
 
@@ -101,8 +200,11 @@ void io_group_done(struct io_group *g, int error)
 		int none = 0;
 		atomic_compare_exchange_strong(&g->error, &none, error);
 	}
-	if (atomic_fetch_sub_explicit(&g->pending, 1, memory_order_acq_rel) ==
-	    1)
+	/* Only a waiter that went to sleep needs the system call; most
+	 * waits end with the waiter reaping the last completion itself. */
+	unsigned old = atomic_fetch_sub_explicit(&g->pending, 1,
+						 memory_order_acq_rel);
+	if (old == (IO_GROUP_SLEEPER | 1u))
 		futex_wake_all(&g->pending);
 }
 
@@ -141,14 +243,20 @@ int engine_wait_until(struct folio_engine *e, bool (*done)(void *arg),
 static bool group_done(void *arg)
 {
 	struct io_group *g = arg;
-	return !atomic_load_explicit(&g->pending, memory_order_acquire);
+	return !(atomic_load_explicit(&g->pending, memory_order_acquire) &
+		 ~IO_GROUP_SLEEPER);
 }
 
 static void group_sleep(void *arg, const struct timespec *t)
 {
 	struct io_group *g = arg;
-	unsigned v = atomic_load_explicit(&g->pending, memory_order_acquire);
-	if (v)
+	/* The mark and the count share one word, so the last completion
+	 * either sees the mark or leaves a count of zero for the futex to
+	 * refuse the sleep on. */
+	unsigned v = atomic_fetch_or_explicit(&g->pending, IO_GROUP_SLEEPER,
+					      memory_order_acq_rel) |
+		     IO_GROUP_SLEEPER;
+	if (v != IO_GROUP_SLEEPER)
 		futex_wait_for(&g->pending, v, t);
 }
 

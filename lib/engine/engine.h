@@ -33,6 +33,15 @@ struct folio_engine {
 	 * failure was counted meanwhile, so the failure must be counted
 	 * before any later flush can return. */
 	pthread_mutex_t flush_lock;
+	/* Durable writes in flight, each counted under the parity that was
+	 * current when it was submitted (see engine_flush()); the top bit
+	 * of a count says a flush sleeps on it. */
+	atomic_uint barrier_parity;
+	atomic_uint barriers[2];
+	/* Odd while a flush() runs and its failure is not yet counted: a
+	 * barrier that completes then cannot know whether that flush lost
+	 * what it had just made durable (see folio_io_complete()). */
+	atomic_uint flush_seq;
 };
 
 /* Allocate an engine of a built-in kind (the kind lets kind-specific calls
@@ -52,14 +61,19 @@ static inline int engine_result(int r)
 	return r > 0 ? -EIO : r;
 }
 
-/* The required callbacks, as the library calls them. */
-static inline int engine_submit(struct folio_engine *e, struct folio_io *io)
-{
-	return engine_result(e->ops.submit(e->ctx, io));
-}
+/* Submit a library request (an engine_io); a durable write is counted
+ * in flight until it completes (see engine_flush()). */
+int engine_submit(struct folio_engine *e, struct folio_io *io);
 
 /* The engine's flush, one at a time per engine (see flush_lock). */
 int engine_flush(struct folio_engine *e);
+
+/* Does the engine take FOLIO_IO_DURABLE writes? */
+static inline bool engine_has_durable(const struct folio_engine *e)
+{
+	return e->ops.caps & FOLIO_ENGINE_CAP_DURABLE;
+}
+
 
 static inline int engine_truncate(struct folio_engine *e, uint64_t size)
 {
@@ -73,6 +87,14 @@ static inline int engine_truncate(struct folio_engine *e, uint64_t size)
 struct engine_io {
 	struct folio_io io;
 	void (*end_io)(struct engine_io *rq, ssize_t result);
+	/* A durable write's engine and the parity it is counted under
+	 * (engine_submit()); NULL for every other request. */
+	struct folio_engine *barrier_engine;
+	unsigned barrier_parity;
+	/* Set by folio_io_complete() on a durable write that completed in
+	 * full while a flush() ran: its barrier's success proves nothing,
+	 * so the write counts as written, not as durable. */
+	bool barrier_untrusted;
 };
 
 /*
@@ -82,9 +104,12 @@ struct engine_io {
  * last request is submitted.
  */
 struct io_group {
-	atomic_uint pending;
+	atomic_uint pending; /* count, and IO_GROUP_SLEEPER */
 	atomic_int error; /* first error seen, 0 if none */
 };
+
+/* In io_group.pending: the waiter may be asleep on the futex. */
+#define IO_GROUP_SLEEPER 0x80000000u
 
 void io_group_init(struct io_group *g);
 void io_group_add(struct io_group *g);

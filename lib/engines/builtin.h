@@ -17,9 +17,14 @@
  * iovec array whose lengths add up to len, and a range below
  * FOLIO_MAX_POS in file and device position (so offsets fit off_t and
  * results fit ssize_t). */
+#define ENGINE_IO_FLAGS \
+	(FOLIO_EXTENT_HOLE | FOLIO_EXTENT_NEW | FOLIO_IO_DURABLE)
+
 static inline int engine_check_io(const struct folio_io *io)
 {
 	if (!io || (io->op != FOLIO_IO_READ && io->op != FOLIO_IO_WRITE) ||
+	    (io->flags & ~(uint32_t)ENGINE_IO_FLAGS) ||
+	    (io->op == FOLIO_IO_READ && (io->flags & FOLIO_IO_DURABLE)) ||
 	    io->iovcnt < 0 || (io->iovcnt && !io->iov) ||
 	    io->pos > FOLIO_MAX_POS || io->len > FOLIO_MAX_POS - io->pos ||
 	    io->dev_pos > FOLIO_MAX_POS ||
@@ -33,6 +38,22 @@ static inline int engine_check_io(const struct folio_io *io)
 		sum += l;
 	}
 	return sum == io->len ? 0 : -EINVAL;
+}
+
+static inline bool engine_io_durable(const struct folio_io *io)
+{
+	return io->flags & FOLIO_IO_DURABLE;
+}
+
+/*
+ * The completion result of a durable write whose transfer gave @res and
+ * whose barrier (run only after a full transfer) gave @flush_err: short
+ * transfers stay short (not durable), a failed barrier fails the write.
+ */
+static inline ssize_t engine_durable_result(const struct folio_io *io,
+					    ssize_t res, int flush_err)
+{
+	return res == (ssize_t)io->len && flush_err ? flush_err : res;
 }
 
 /* O_DIRECT rule: device position, length and every segment's base and

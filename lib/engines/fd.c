@@ -159,9 +159,23 @@ int engine_fd_submit_tail(const struct engine_fd *f, struct folio_io *io)
 	if (!io_direct_tail(io, FOLIO_ENGINE_DIRECT_ALIGN) || f->tail_fd < 0)
 		return -EINVAL;
 	/* Rare (the last run of an object whose size is not a multiple of
-	 * a sector): done synchronously, buffered. */
-	folio_io_complete(io, engine_fd_rw(f->tail_fd, false, io));
+	 * a sector): done synchronously, buffered; a durable one is synced
+	 * through the same descriptor (either syncs the file's data). */
+	ssize_t res = engine_fd_rw(f->tail_fd, false, io);
+	if (engine_io_durable(io) && res == (ssize_t)io->len)
+		res = engine_durable_result(io, res,
+					    engine_fd_datasync(f->tail_fd));
+	folio_io_complete(io, res);
 	return 1;
+}
+
+int engine_fd_datasync(int fd)
+{
+	while (fdatasync(fd)) {
+		if (errno != EINTR)
+			return -errno;
+	}
+	return 0;
 }
 
 int engine_fd_truncate(const struct engine_fd *f, uint64_t size)

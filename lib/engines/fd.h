@@ -56,6 +56,9 @@ ssize_t engine_fd_rw(int fd, bool direct, struct folio_io *io);
  * through the tail descriptor, -EINVAL when nothing may take it. */
 int engine_fd_submit_tail(const struct engine_fd *f, struct folio_io *io);
 
+/* fdatasync(), retried on EINTR. 0 or -errno. */
+int engine_fd_datasync(int fd);
+
 /* ftruncate(), retried on EINTR (@size <= FOLIO_MAX_POS). 0 or -errno. */
 int engine_fd_truncate(const struct engine_fd *f, uint64_t size);
 

@@ -132,6 +132,8 @@ static void written(struct posix_engine *p, uint64_t start, uint64_t end)
 	spin_unlock(&p->wr_lock);
 }
 
+static int posix_flush(void *arg);
+
 static int posix_submit(void *arg, struct folio_io *io)
 {
 	struct posix_engine *p = arg;
@@ -158,6 +160,11 @@ static int posix_submit(void *arg, struct folio_io *io)
 		else
 			written(p, pos, pos + len);
 	}
+	/* Durable: the flush runs here, after the write, before the
+	 * completion, so the request needs no second round trip. A short
+	 * write is not synced: it is not durable whatever the sync did. */
+	if (!ret && engine_io_durable(io) && res == (ssize_t)len)
+		res = engine_durable_result(io, res, posix_flush(p));
 	if (!ret)
 		folio_io_complete(io, res);
 	return 0;
@@ -177,13 +184,11 @@ static int posix_flush(void *arg)
 		p->nwr = 0;
 		spin_unlock(&p->wr_lock);
 	}
-	while (fdatasync(p->f.fd)) {
-		if (errno != EINTR) {
-			int err = -errno;
-			for (int i = 0; i < n; i++) /* for the retry */
-				written(p, wr[i].start, wr[i].end);
-			return err;
-		}
+	int err = engine_fd_datasync(p->f.fd);
+	if (err) {
+		for (int i = 0; i < n; i++) /* for the retry */
+			written(p, wr[i].start, wr[i].end);
+		return err;
 	}
 	for (int i = 0; i < n; i++)
 		drop_range(p->f.fd, wr[i].start, wr[i].end);
@@ -211,6 +216,7 @@ static const struct folio_engine_ops posix_ops = {
 	.flush = posix_flush,
 	.truncate = posix_truncate,
 	.destroy = posix_destroy,
+	.caps = FOLIO_ENGINE_CAP_DURABLE,
 };
 
 int folio_engine_posix(struct folio_engine **out, int fd, unsigned flags)

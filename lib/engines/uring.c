@@ -93,7 +93,18 @@ struct ureq {
 	struct iovec *own;       /* our copy of the iovecs, once resumed */
 	unsigned retries;
 	ssize_t result;          /* final result (reaper's local lists) */
+	/* FOLIO_IO_DURABLE: each round is the write with a linked fsync
+	 * (two CQEs), or the fsync alone once the data is all written. */
+	bool durable;
+	bool sync_only;          /* this round is the fsync alone */
+	bool linked;             /* this round is the write + fsync pair */
+	unsigned cqes;           /* CQEs of this round still to come */
+	int wres, sres;          /* this round's write and fsync results */
 };
+
+/* The fsync SQE of a durable round carries its request's address with
+ * this bit set (requests are malloc'd, so the bit is free). */
+#define UREQ_SYNC_TAG ((uintptr_t)1)
 
 struct ureq_list {
 	struct ureq *head, *tail;
@@ -261,26 +272,42 @@ static int uring_submit_locked(struct ushard *s)
 	return ret < 0 ? ret : 0;
 }
 
-/* A free SQE, submitting the queue when it is full (lock held). NULL when
- * the admission limit is reached or the kernel takes nothing. */
-static struct io_uring_sqe *uring_sqe_locked(struct ushard *s)
+/* Room for @n more SQEs next to each other in one submission (lock
+ * held): a linked pair must reach the kernel together, or the link would
+ * end with the batch. */
+static bool uring_room_locked(struct ushard *s, unsigned n)
 {
-	if (s->queued + s->in_kernel >= s->limit)
-		return NULL;
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
-	if (!sqe) {
+	if (s->queued + s->in_kernel + n > s->limit)
+		return false;
+	if (io_uring_sq_space_left(&s->ring) < n)
 		uring_submit_locked(s);
-		sqe = io_uring_get_sqe(&s->ring);
-	}
-	return sqe;
+	return io_uring_sq_space_left(&s->ring) >= n;
+}
+
+static void prep_datasync(struct ushard *s, struct io_uring_sqe *sqe,
+			  struct ureq *r)
+{
+	io_uring_prep_fsync(sqe, s->c->f.fd, IORING_FSYNC_DATASYNC);
+	io_uring_sqe_set_data(sqe, (void *)((uintptr_t)r | UREQ_SYNC_TAG));
 }
 
 /* Put the rest of request r into the ring, or return false (lock held). */
 static bool uring_queue_locked(struct ushard *s, struct ureq *r)
 {
-	struct io_uring_sqe *sqe = uring_sqe_locked(s);
-	if (!sqe)
+	/* A ring of one SQE cannot hold the pair: there the write goes
+	 * alone and its fsync follows in a round of its own. */
+	r->linked = r->durable && !r->sync_only &&
+		    s->ring.sq.ring_entries >= 2;
+	unsigned nsqe = r->linked ? 2 : 1;
+	if (!uring_room_locked(s, nsqe))
 		return false;
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+	r->cqes = nsqe;
+	s->queued += nsqe;
+	if (r->sync_only) {
+		prep_datasync(s, sqe, r);
+		return true;
+	}
 	struct folio_io *io = r->io;
 	int fd = s->c->f.fd;
 	unsigned n = (unsigned)engine_fd_iov_cut(r->iovcnt);
@@ -290,7 +317,12 @@ static bool uring_queue_locked(struct ushard *s, struct ureq *r)
 	else
 		io_uring_prep_writev(sqe, fd, r->iov, n, off);
 	io_uring_sqe_set_data(sqe, r);
-	s->queued++;
+	if (r->linked) {
+		/* The kernel starts the fsync only once the write completed
+		 * in full; a failed or short write cancels it. */
+		io_uring_sqe_set_flags(sqe, IOSQE_IO_LINK);
+		prep_datasync(s, io_uring_get_sqe(&s->ring), r);
+	}
 	return true;
 }
 
@@ -334,16 +366,20 @@ static bool ureq_advance(struct ureq *r, size_t n)
 	return true;
 }
 
-enum cqe_action { CQE_DONE, CQE_AGAIN };
+enum cqe_action { CQE_DONE, CQE_AGAIN, CQE_WAIT };
 
-/* Decide what a CQE means for r (reaper, lock held). */
-static enum cqe_action ureq_cqe(const struct uring_ctx *c, struct ureq *r,
-				int res)
+static bool retryable(struct ureq *r, int res)
 {
-	if (res == -EAGAIN || res == -EINTR || res == -ECANCELED) {
-		if (++r->retries <= URING_MAX_RETRIES)
-			return CQE_AGAIN;
-	}
+	return (res == -EAGAIN || res == -EINTR || res == -ECANCELED) &&
+	       ++r->retries <= URING_MAX_RETRIES;
+}
+
+/* Decide what a transfer's CQE means for r (reaper, lock held). */
+static enum cqe_action ureq_rw_cqe(const struct uring_ctx *c, struct ureq *r,
+				   int res)
+{
+	if (retryable(r, res))
+		return CQE_AGAIN;
 	if (engine_fd_transferred(r->io, c->f.direct, &r->done, res,
 				  &r->result))
 		return CQE_DONE;
@@ -353,6 +389,52 @@ static enum cqe_action ureq_cqe(const struct uring_ctx *c, struct ureq *r,
 	}
 	r->retries = 0;
 	return CQE_AGAIN;
+}
+
+/*
+ * The same for a durable write, once both CQEs of its round are in: the
+ * write's outcome first (the rest again with a new fsync, or over); a
+ * complete write is durable when its fsync succeeded, and a cancelled or
+ * interrupted fsync alone is tried again. A short or failed write ends
+ * with the write's result: not durable, as FOLIO_IO_DURABLE says.
+ */
+static enum cqe_action ureq_durable_cqe(const struct uring_ctx *c,
+					struct ureq *r)
+{
+	if (!r->sync_only) {
+		enum cqe_action a = ureq_rw_cqe(c, r, r->wres);
+		if (a != CQE_DONE || r->result != (ssize_t)r->io->len)
+			return a;
+		if (!r->linked) {
+			r->sync_only = true;
+			return CQE_AGAIN;
+		}
+	}
+	if (retryable(r, r->sres)) {
+		r->sync_only = true;
+		return CQE_AGAIN;
+	}
+	r->result = engine_durable_result(r->io, r->result, r->sres);
+	return CQE_DONE;
+}
+
+/* Decide what a CQE (@data, @res) means for its request *rp (reaper, lock
+ * held): CQE_WAIT while a durable round still has a CQE to come. */
+static enum cqe_action ureq_cqe(const struct uring_ctx *c, void *data,
+				int res, struct ureq **rp)
+{
+	uintptr_t v = (uintptr_t)data;
+	struct ureq *r = (struct ureq *)(v & ~UREQ_SYNC_TAG);
+	*rp = r;
+	if (!r->durable)
+		return ureq_rw_cqe(c, r, res);
+	if (v & UREQ_SYNC_TAG)
+		r->sres = res;
+	else
+		r->wres = res;
+	if (--r->cqes)
+		return CQE_WAIT;
+	return ureq_durable_cqe(c, r);
 }
 
 static void ureq_free(struct ureq *r)
@@ -379,9 +461,13 @@ static int uring_reap(struct ushard *s, bool block)
 
 	s->reaper = true;
 	if (block) {
+		/* A durable write at the head completes with its second
+		 * CQE: waking for the first would cost a round. */
+		const struct ureq *h = s->inflight[FOLIO_IO_WRITE].head;
+		unsigned want = h && h->cqes == 2 && s->in_kernel >= 2 ? 2 : 1;
 		pthread_mutex_unlock(&s->lock);
 		do
-			err = io_uring_wait_cqe(&s->ring, &cqes[0]);
+			err = io_uring_wait_cqe_nr(&s->ring, &cqes[0], want);
 		while (err == -EINTR || err == -EAGAIN || err == -ETIME);
 		pthread_mutex_lock(&s->lock);
 		if (err) {
@@ -393,14 +479,15 @@ static int uring_reap(struct ushard *s, bool block)
 	}
 	n = io_uring_peek_batch_cqe(&s->ring, cqes, URING_CQE_BATCH);
 	for (unsigned i = 0; i < n; i++) {
-		r = io_uring_cqe_get_data(cqes[i]);
-		if (!r)
+		void *data = io_uring_cqe_get_data(cqes[i]);
+		if (!data)
 			continue; /* destroy's NOP, waking the thread */
-		if (ureq_cqe(s->c, r, cqes[i]->res) == CQE_DONE) {
+		enum cqe_action a = ureq_cqe(s->c, data, cqes[i]->res, &r);
+		if (a == CQE_DONE) {
 			list_unlink(&s->inflight[r->io->op], r);
 			fifo_push(&deliver, r);
 			ndone++;
-		} else {
+		} else if (a == CQE_AGAIN) {
 			fifo_push(&again, r);
 		}
 	}
@@ -462,7 +549,9 @@ static int uring_submit(void *arg, struct folio_io *io)
 	if (ret)
 		return ret < 0 ? ret : 0;
 	if (!io->len) {
-		folio_io_complete(io, 0);
+		/* Nothing to write; a durable one still owes its barrier. */
+		folio_io_complete(io, engine_io_durable(io)
+					      ? engine_fd_datasync(c->f.fd) : 0);
 		return 0;
 	}
 	if (atomic_load_explicit(&c->closing, memory_order_relaxed))
@@ -473,6 +562,7 @@ static int uring_submit(void *arg, struct folio_io *io)
 	r->io = io;
 	r->iov = io->iov;
 	r->iovcnt = io->iovcnt;
+	r->durable = engine_io_durable(io);
 
 	struct ushard *s = my_shard(c);
 	pthread_mutex_lock(&s->lock);
@@ -529,7 +619,14 @@ static int uring_wait(void *arg)
 		ret = 0;
 	bool mine = s->nreq > engine_own_of(&uring_own, s);
 	if (!ret && mine && s->in_kernel && !s->reaper && may_reap(s)) {
-		int r = uring_reap(s, true);
+		/* Until a request completes: a round may bring only the
+		 * first CQE of a durable write, and returning then would
+		 * send the caller to sleep for its backoff. */
+		int r;
+		do
+			r = uring_reap(s, true);
+		while (!r && s->in_kernel && !s->reaper &&
+		       s->nreq > engine_own_of(&uring_own, s));
 		pthread_mutex_unlock(&s->lock);
 		return r < 0 ? r : 0;
 	}
@@ -606,11 +703,7 @@ static int uring_flush(void *arg)
 	int ret = shard_drain_older(my_shard(c), false);
 	if (ret)
 		return ret;
-	while (fdatasync(c->f.fd)) {
-		if (errno != EINTR)
-			return -errno;
-	}
-	return 0;
+	return engine_fd_datasync(c->f.fd);
 }
 
 static int uring_truncate(void *arg, uint64_t size)
@@ -737,6 +830,7 @@ static const struct folio_engine_ops uring_ops = {
 	.wait = uring_wait,
 	.destroy = uring_destroy,
 	.unplug = uring_unplug,
+	.caps = FOLIO_ENGINE_CAP_DURABLE,
 };
 
 int folio_engine_uring(struct folio_engine **out, int fd, unsigned depth,

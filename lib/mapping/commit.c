@@ -36,6 +36,9 @@ int mapping_commit_init(struct folio_mapping *m)
 	m->commit.resize_pending = false;
 	m->commit.resize_low = m->commit.resize_epoch = 0;
 	m->commit.redo_owed = false;
+	atomic_init(&m->commit.durable_epoch, 0);
+	atomic_init(&m->commit.durable_result, 0);
+	atomic_init(&m->commit.durable_failed, false);
 	return 0;
 }
 
@@ -47,13 +50,11 @@ void mapping_commit_destroy(struct folio_mapping *m)
 
 void mapping_mark_unstable(struct folio_mapping *m, struct folio *f,
 			   struct index_node *node, size_t off, size_t len,
-			   uint64_t failures)
+			   uint64_t epoch, uint64_t failures)
 {
 	/* Linux policy: nothing is kept for a flush that might fail. */
 	if (m->flags & FOLIO_MAPPING_DROP_ON_ERROR)
 		return;
-	uint64_t epoch = atomic_load_explicit(&m->flush_epoch,
-					      memory_order_acquire);
 	size_t newly;
 	if (folio_mark_unstable(f, off, len, epoch, failures, &newly) &
 	    FOLIO_BECAME_UNSTABLE)
@@ -192,6 +193,61 @@ static bool redo_owed(struct folio_mapping *m)
 	return owed;
 }
 
+/*
+ * A barrier failed and may have lost truncates too: redo them, with
+ * io_lock taken exclusively unless *locked says the caller has it. When
+ * the redo fails that error is recorded too, and the resize stays
+ * pending.
+ */
+static void redo_after_failure(struct folio_mapping *m, bool *locked)
+{
+	if (!*locked) {
+		brlock_write_lock(&m->io_lock);
+		*locked = true;
+	}
+	int rr = redo_resize_locked(m);
+	if (rr)
+		errseq_record(m, rr);
+}
+
+/*
+ * The end of a barrier that began in `epoch`, when the engine's flush
+ * failure count was `failures`, and gave r (io_lock not held). A failure
+ * is reported after the walk made the unstable blocks dirty, also when
+ * `recorded` says a failed durable write recorded it already: a sync that
+ * began in between passed over those blocks while they were unstable,
+ * and must not report them as written.
+ *
+ * A flush of this engine that failed since this mapping's last one
+ * settled, or while this one ran (another mapping's, or a flush some
+ * other caller made), may have dropped writes of ours that completed
+ * before it: this flush's success then proves nothing about them. Writes
+ * that were in flight across such a failure see it themselves
+ * (wb_end_io()).
+ */
+static int settle_flush(struct folio_mapping *m, uint64_t epoch,
+			uint64_t failures, int r, bool recorded)
+{
+	if (!r && (failures != m->failures_seen ||
+		   atomic_load(&m->engine->flush_failures) != failures))
+		r = -EIO;
+	if (!r) {
+		resize_settled(m, epoch);
+		settle_unstable(m, epoch, failures, false);
+		m->failures_seen = failures;
+		return 0;
+	}
+	/* Read before the walk: a failure after it may drop writes that
+	 * complete after the walk passed their folio. */
+	m->failures_seen = atomic_load(&m->engine->flush_failures);
+	settle_unstable(m, epoch, m->failures_seen, true);
+	if (recorded)
+		errseq_report_again(m, r);
+	else
+		errseq_record(m, r);
+	return r;
+}
+
 static int run_flush(struct folio_mapping *m)
 {
 	uint64_t epoch = atomic_fetch_add_explicit(&m->flush_epoch, 1,
@@ -223,43 +279,21 @@ static int run_flush(struct folio_mapping *m)
 	} else {
 		r = engine_flush(m->engine);
 		stat_add(&m->stats.flushes, 1);
-		if (r && redo) {
-			/* When the redo fails that error is recorded too,
-			 * and the resize stays pending. */
-			if (!locked) {
-				brlock_write_lock(&m->io_lock);
-				locked = true;
-			}
-			int rr = redo_resize_locked(m);
-			if (rr)
-				errseq_record(m, rr);
-		}
+		if (r && redo)
+			redo_after_failure(m, &locked);
 	}
 	if (locked)
 		brlock_write_unlock(&m->io_lock);
-	/*
-	 * A flush of this engine that failed since this mapping's last one
-	 * settled, or while this one ran (another mapping's, or a flush
-	 * some other caller made), may have dropped writes of ours that
-	 * completed before it: this flush's success then proves nothing
-	 * about them. Writes that were in flight across such a failure see
-	 * it themselves (wb_end_io()).
-	 */
-	if (!r && (failures != m->failures_seen ||
-		   atomic_load(&m->engine->flush_failures) != failures))
-		r = -EIO;
-	if (!r) {
-		resize_settled(m, epoch);
-		settle_unstable(m, epoch, failures, false);
-		m->failures_seen = failures;
-		return 0;
-	}
-	/* Read before the walk: a failure after it may drop writes that
-	 * complete after the walk passed their folio. */
-	m->failures_seen = atomic_load(&m->engine->flush_failures);
-	settle_unstable(m, epoch, m->failures_seen, true);
-	errseq_record(m, r);
-	return r;
+	return settle_flush(m, epoch, failures, r, false);
+}
+
+/* Hand the flush role back after flush generation `gen` (commit.lock
+ * held). */
+static void role_release_locked(struct folio_mapping *m, uint64_t gen)
+{
+	m->commit.running = false;
+	m->commit.finished = gen;
+	pthread_cond_broadcast(&m->commit.done_cond);
 }
 
 int mapping_commit(struct folio_mapping *m)
@@ -280,12 +314,109 @@ int mapping_commit(struct folio_mapping *m)
 		pthread_mutex_unlock(&m->commit.lock);
 		r = run_flush(m);
 		pthread_mutex_lock(&m->commit.lock);
-		m->commit.running = false;
-		m->commit.finished = gen;
-		pthread_cond_broadcast(&m->commit.done_cond);
+		role_release_locked(m, gen);
 	}
 	pthread_mutex_unlock(&m->commit.lock);
 	/* A flush another thread ran for us reports through the error
 	 * sequence, which it updated before it finished. */
 	return r;
+}
+
+/* ---- durable writes ------------------------------------------------- */
+
+/* Outcomes of a sync's durable write (commit.durable_result). */
+#define DURABLE_PENDING 1 /* not complete, or complete but not durable */
+
+bool mapping_durable_begin(struct folio_mapping *m, struct mapping_durable *d)
+{
+	if (!d->wanted)
+		return false;
+	d->wanted = false;
+	struct folio_engine *e = m->engine;
+	pthread_mutex_lock(&m->commit.lock);
+	/*
+	 * The role makes the durable write a flush generation like any
+	 * other: no other flush of this mapping runs until it is settled,
+	 * so a failure is turned into dirty blocks before anything can
+	 * succeed after it (see the top of this file). A pending resize
+	 * needs run_flush()'s redo around its barrier; an unaccounted
+	 * engine failure fails the next flush anyway.
+	 */
+	bool ok = !m->commit.running && !m->commit.resize_pending &&
+		  !m->commit.redo_owed &&
+		  m->failures_seen == atomic_load(&e->flush_failures);
+	if (ok) {
+		m->commit.running = true;
+		d->gen = ++m->commit.started;
+		/* As run_flush(): what completed before this point is
+		 * covered by the barrier, which the engine starts only
+		 * after the write (so after this) completed. */
+		d->epoch = atomic_fetch_add_explicit(&m->flush_epoch, 1,
+						     memory_order_acq_rel);
+		d->failures = atomic_load(&e->flush_failures);
+		atomic_store(&m->commit.durable_epoch, d->epoch);
+		atomic_store(&m->commit.durable_result, DURABLE_PENDING);
+		atomic_store(&m->commit.durable_failed, false);
+		d->taken = true;
+	}
+	pthread_mutex_unlock(&m->commit.lock);
+	return ok;
+}
+
+uint64_t mapping_unstable_epoch(struct folio_mapping *m,
+				const struct mapping_io *io, ssize_t result)
+{
+	uint64_t now = atomic_load_explicit(&m->flush_epoch,
+					    memory_order_acquire);
+	if (!(io->base.io.flags & FOLIO_IO_DURABLE))
+		return now;
+	struct folio_engine *e = m->engine;
+	int64_t outcome = DURABLE_PENDING;
+	if (result < 0) {
+		/* engine.c counted it as a failed flush of the engine. */
+		outcome = result;
+		atomic_store(&m->commit.durable_failed, true);
+	} else if ((size_t)result == io->base.io.len &&
+		   !io->base.barrier_untrusted) {
+		/* Another flush of the engine failed while this was in
+		 * flight: this barrier's success proves nothing about what
+		 * that one dropped (as in settle_flush()). */
+		outcome = atomic_load(&e->flush_failures) == io->flush_failures
+				  ? 0 : -EIO;
+	}
+	atomic_store(&m->commit.durable_result, outcome);
+	/* Stamped with the barrier's epoch, the bytes are released when
+	 * the sync settles it, or made dirty again when that fails. */
+	return outcome ? now : atomic_load(&m->commit.durable_epoch);
+}
+
+void mapping_commit_sync(struct folio_mapping *m, struct mapping_durable *d)
+{
+	if (!d->taken) {
+		mapping_commit(m);
+		return;
+	}
+	int64_t outcome = atomic_load(&m->commit.durable_result);
+	int r = 1;
+	if (outcome <= 0) {
+		stat_add(&m->stats.flushes, 1);
+		if (outcome < 0) {
+			bool locked = false;
+			redo_after_failure(m, &locked);
+			brlock_write_unlock(&m->io_lock);
+		}
+		/* A write that failed recorded its error as it completed. */
+		r = settle_flush(m, d->epoch, d->failures, (int)outcome,
+				 atomic_load(&m->commit.durable_failed));
+	}
+	/* What the barrier could not cover needs a flush of its own: the
+	 * write was short, or other writes completed, or a truncate ran,
+	 * after it began. A failure is reported already. */
+	uint64_t low;
+	if (r > 0 || (!r && (mapping_any_tagged(m, INDEX_TAG_UNSTABLE) ||
+			     resize_pending(m, &low))))
+		run_flush(m);
+	pthread_mutex_lock(&m->commit.lock);
+	role_release_locked(m, d->gen);
+	pthread_mutex_unlock(&m->commit.lock);
 }

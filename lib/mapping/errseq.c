@@ -6,12 +6,17 @@
  */
 #include "mapping/mapping.h"
 
-void errseq_record(struct folio_mapping *m, int err)
+void errseq_report_again(struct folio_mapping *m, int err)
 {
 	atomic_store(&m->last_error, err);
 	/* The low bit is unused: a counter step of 2 keeps 0 free to mean
 	 * "no error ever" without a separate flag. */
 	atomic_fetch_add(&m->errseq, 2);
+}
+
+void errseq_record(struct folio_mapping *m, int err)
+{
+	errseq_report_again(m, err);
 	stat_add(&m->stats.errors, 1);
 }
 

@@ -219,6 +219,12 @@ struct folio_mapping {
 		 * the store may still hold bytes a truncate cut, so the
 		 * next flush redoes it first and cannot succeed without. */
 		bool redo_owed;
+		/* The durable write of the sync holding the flush role:
+		 * the epoch its barrier covers, and its outcome (1: not
+		 * durable, e.g. short; 0: durable; <0: it failed). */
+		_Atomic uint64_t durable_epoch;
+		_Atomic int64_t durable_result;
+		atomic_bool durable_failed; /* the request itself failed */
 	} commit;
 
 	/* Write requests in flight: free refuses while there are any. */
@@ -608,11 +614,51 @@ void mapping_commit_destroy(struct folio_mapping *m);
 void mapping_resize_unstable(struct folio_mapping *m, uint64_t size);
 
 /* A write of [off, off+len) of f, held by index node `node` (see
- * mapping_tag_set_at()), completed: the bytes are unstable; `failures`
- * is the engine's failed-flush count read at its submission. */
+ * mapping_tag_set_at()), completed: the bytes are unstable until a flush
+ * covering `epoch` succeeds (mapping_unstable_epoch()); `failures` is the
+ * engine's failed-flush count read at its submission. */
 void mapping_mark_unstable(struct folio_mapping *m, struct folio *f,
 			   struct index_node *node, size_t off, size_t len,
-			   uint64_t failures);
+			   uint64_t epoch, uint64_t failures);
+
+/*
+ * The epoch a write request that completed with `result` marks its bytes
+ * unstable in: the current one, or for a durable write (FOLIO_IO_DURABLE)
+ * the one its own barrier covers when that barrier succeeded. For a
+ * durable write it also records the outcome for the sync that sent it
+ * and counts a failure as a failed flush of the engine. Call it once per
+ * request, first thing in its completion.
+ */
+struct mapping_io;
+uint64_t mapping_unstable_epoch(struct folio_mapping *m,
+				const struct mapping_io *io, ssize_t result);
+
+/*
+ * A sync's durable write (doc/design.md, "Durable writes"). `wanted`: the
+ * sync may send one (the engine takes them, the mapping keeps unstable
+ * data). mapping_durable_begin() is called with the pass's only request
+ * built and not yet submitted: it takes the mapping's flush role when
+ * that is free and nothing but writes needs covering (no resize pending,
+ * no engine flush failure unaccounted for), moves the flush epoch on as
+ * a flush would, and returns true: the caller marks the request
+ * FOLIO_IO_DURABLE. One per sync.
+ */
+struct mapping_durable {
+	bool wanted;
+	bool taken;
+	uint64_t gen, epoch, failures;
+};
+bool mapping_durable_begin(struct folio_mapping *m, struct mapping_durable *d);
+
+/*
+ * The end of a sync: with a durable write taken, settle it as the flush
+ * it was (success releases what its barrier covered; failure makes every
+ * unstable block dirty and records the error), then run a real flush for
+ * anything it could not cover (a short write, other writes that
+ * completed meanwhile, a resize); release the role. Without one,
+ * mapping_commit().
+ */
+void mapping_commit_sync(struct folio_mapping *m, struct mapping_durable *d);
 
 /*
  * Make every write that completed before the call durable: run the
@@ -629,6 +675,10 @@ int mapping_commit(struct folio_mapping *m);
 /* Record an error. Call it before waking anyone who waits for the
  * operation that failed. */
 void errseq_record(struct folio_mapping *m, int err);
+/* Report an error recorded before once more, to every cursor, without
+ * counting it again in the statistics: what it did reached more data
+ * since (see settle_flush()). */
+void errseq_report_again(struct folio_mapping *m, int err);
 /* End of a sync that read the sequence as `begin` when it started:
  * report an error the cursor (NULL: the mapping's shared one) has not
  * seen, or one recorded since `begin`, advancing the cursor; 0 if

@@ -61,6 +61,7 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 	int err = result < 0 ? (int)result : 0;
 	size_t good = result < 0 ? 0 : MIN((size_t)result, len);
 	bool drop = err && (m->flags & FOLIO_MAPPING_DROP_ON_ERROR);
+	uint64_t epoch = mapping_unstable_epoch(m, io, result);
 
 	/* Everything a waiter acts on is in place before the first folio's
 	 * writeback ends: the bytes that did not make it are dirty again,
@@ -73,7 +74,7 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 		size_t ok = good > at ? MIN(good - at, s->len) : 0;
 		if (ok)
 			mapping_mark_unstable(m, s->folio, s->node, s->off,
-					      ok, io->flush_failures);
+					      ok, epoch, io->flush_failures);
 		if (ok < s->len && !drop)
 			redirty(m, s->folio, s->off + ok, s->len - ok);
 		at += s->len;
@@ -125,6 +126,7 @@ struct wb_params {
 	size_t merge_gap;
 	uint64_t resume; /* out: where a pass the budget stopped ends, or 0
 			  * when it reached the end of its range */
+	struct mapping_durable *durable; /* a sync's, or NULL */
 };
 
 static int parse_opts(const struct folio_mapping *m,
@@ -353,6 +355,12 @@ static int64_t writeback_pass(struct folio_mapping *m,
 			}
 		}
 	}
+	/* A sync whose data is this one request can have the engine make
+	 * it durable on completion; with more, a flush after all of them
+	 * costs less than a barrier per request. */
+	if (p->durable && b.cur && !b.submitted_count &&
+	    mapping_durable_begin(m, p->durable))
+		b.cur->base.io.flags |= FOLIO_IO_DURABLE;
 	rqb_finish(&b);
 	brlock_read_unlock(&m->io_lock);
 	if (wait_own) {
@@ -418,10 +426,16 @@ int folio_mapping_sync(struct folio_mapping *m, folio_errseq_t *cursor)
 	struct wb_params p;
 	parse_opts(m, NULL, &p);
 	p.wait_busy = true;
+	struct mapping_durable d = {
+		.wanted = engine_has_durable(m->engine) &&
+			  !(m->flags & FOLIO_MAPPING_DROP_ON_ERROR),
+	};
+	p.durable = &d;
 
 	for (int pass = 0;; pass++) {
 		uint64_t rewrites = atomic_load(&m->rewrites);
 		writeback_pass(m, &p);
+		p.durable = NULL; /* one per sync: it holds the flush role */
 		if (atomic_load(&m->rewrites) == rewrites)
 			break;
 		if (pass + 1 == SYNC_MAX_PASSES) {
@@ -433,7 +447,7 @@ int folio_mapping_sync(struct folio_mapping *m, folio_errseq_t *cursor)
 		}
 	}
 	/* Its error, if any, is in the sequence the cursor reads. */
-	mapping_commit(m);
+	mapping_commit_sync(m, &d);
 	return errseq_check_advance(m, cursor, begin);
 }
 

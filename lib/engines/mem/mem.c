@@ -51,6 +51,7 @@ static ssize_t mem_plan(struct mem_ctx *c, const struct folio_io *io)
 		c->st.read_requests++;
 	else
 		c->st.write_requests++;
+	c->st.durable_writes += engine_io_durable(io);
 	if (c->powered_off)
 		return -EIO; /* no device answers */
 	if (!mem_directed(c, io)) {
@@ -68,8 +69,41 @@ static ssize_t mem_plan(struct mem_ctx *c, const struct folio_io *io)
 	return (ssize_t)MIN(f->short_len, io->len);
 }
 
+/* The durability barrier: everything completed before it (the whole
+ * log) becomes durable, in order (lock held). */
+static int mem_flush_locked(struct mem_ctx *c)
+{
+	c->st.flushes++;
+	const struct folio_mem_fault *f;
+	if (c->powered_off)
+		return -EIO;
+	if ((f = mem_fault_check(c, FOLIO_MEM_OP_FLUSH, NULL))) {
+		/* A losing flush drops the cache it failed to write, as
+		 * fdatasync may drop the dirty pages it could not write. */
+		if (f->flags & FOLIO_MEM_FAULT_LOSE)
+			mem_log_discard(c);
+		return f->error;
+	}
+	return mem_log_apply(c);
+}
+
+static ssize_t mem_transfer(struct mem_ctx *c, struct folio_io *io,
+			    ssize_t n, uint64_t epoch);
+
 ssize_t mem_perform(struct mem_ctx *c, struct folio_io *io, ssize_t n,
 		    uint64_t epoch)
+{
+	ssize_t res = mem_transfer(c, io, n, epoch);
+	/* Durable: the barrier follows the write at once, as a linked
+	 * fsync would, and is judged like flush() (fault rules on
+	 * FOLIO_MEM_OP_FLUSH, power). Only a full write is synced. */
+	if (engine_io_durable(io) && res == (ssize_t)io->len)
+		res = engine_durable_result(io, res, mem_flush_locked(c));
+	return res;
+}
+
+static ssize_t mem_transfer(struct mem_ctx *c, struct folio_io *io,
+			    ssize_t n, uint64_t epoch)
 {
 	if (n < 0)
 		return n;
@@ -157,26 +191,11 @@ static int mem_submit(void *arg, struct folio_io *io)
 	return 0;
 }
 
-/* The durability barrier: everything completed before it (the whole
- * log) becomes durable, in order. */
 static int mem_flush(void *arg)
 {
 	struct mem_ctx *c = arg;
 	pthread_mutex_lock(&c->lock);
-	c->st.flushes++;
-	int ret;
-	const struct folio_mem_fault *f;
-	if (c->powered_off) {
-		ret = -EIO;
-	} else if ((f = mem_fault_check(c, FOLIO_MEM_OP_FLUSH, NULL))) {
-		ret = f->error;
-		/* A losing flush drops the cache it failed to write, as
-		 * fdatasync may drop the dirty pages it could not write. */
-		if (f->flags & FOLIO_MEM_FAULT_LOSE)
-			mem_log_discard(c);
-	} else {
-		ret = mem_log_apply(c);
-	}
+	int ret = mem_flush_locked(c);
 	pthread_mutex_unlock(&c->lock);
 	return ret;
 }
@@ -240,6 +259,7 @@ static const struct folio_engine_ops mem_ops = {
 	.truncate = mem_truncate,
 	.wait = mem_wait,
 	.destroy = mem_destroy,
+	.caps = FOLIO_ENGINE_CAP_DURABLE,
 };
 
 /* ---- public API ----------------------------------------------------- */
