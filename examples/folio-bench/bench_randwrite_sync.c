@@ -19,12 +19,33 @@
  * same offsets (thread i draws from the same seed in every variant):
  * per-block tracking, whole-folio tracking (FOLIO_MAPPING_FOLIO_DIRTY),
  * and the kernel page cache (pwrite + fdatasync on the files themselves).
+ * With --engine uring a fourth runs beside them: a plain io_uring loop on
+ * the same files, one ring per thread, each write sent with a linked
+ * fdatasync in one submit-and-wait, the best an io_uring program does
+ * with this workload, so that the engine is judged against io_uring's
+ * own cost as well as psync's.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
 #include <unistd.h>
+
+#ifdef BENCH_HAVE_LIBURING
+#include <liburing.h>
+#endif
+/* Valgrind runs a blocking io_uring_enter() holding its own lock, so no
+ * other thread runs while a plain io_uring loop waits: it is skipped
+ * there (the engine's own rings wait differently). */
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define BENCH_UNDER_VALGRIND() RUNNING_ON_VALGRIND
+#endif
+#endif
+#ifndef BENCH_UNDER_VALGRIND
+#define BENCH_UNDER_VALGRIND() 0
+#endif
 
 #include "bench.h"
 
@@ -46,9 +67,14 @@ static struct bench_xopt xopts[] = {
 	{0},
 };
 
+/* The variants that bypass the library (run_variant()'s `tracking`). */
+#define VARIANT_KERNEL (-1)
+#define VARIANT_URING (-2)
+
 struct worker {
 	struct bench_ctx *c;
-	struct folio_mapping *m; /* NULL: the kernel variant */
+	struct folio_mapping *m; /* NULL: the kernel variants */
+	bool uring;              /* the plain io_uring loop */
 	int fd;
 	uint64_t file_size;
 	struct devmodel *dm; /* charges the kernel variant's writes */
@@ -59,10 +85,49 @@ struct worker {
 	struct bench_lat lat;
 };
 
+#ifdef BENCH_HAVE_LIBURING
+/* One write and its linked fdatasync, in one io_uring_enter(): 0 or
+ * -errno (-EIO for a short write). */
+static int uring_write_sync(struct io_uring *ring, int fd, const void *buf,
+			    size_t len, uint64_t off)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	io_uring_prep_write(sqe, fd, buf, (unsigned)len, off);
+	io_uring_sqe_set_flags(sqe, IOSQE_IO_LINK);
+	io_uring_sqe_set_data64(sqe, 1);
+	sqe = io_uring_get_sqe(ring);
+	io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
+	io_uring_sqe_set_data64(sqe, 2);
+	int r = io_uring_submit_and_wait(ring, 2);
+	if (r < 0)
+		return r;
+	int err = 0;
+	for (int i = 0; i < 2; i++) {
+		struct io_uring_cqe *cqe;
+		r = io_uring_wait_cqe(ring, &cqe);
+		if (r < 0)
+			return r;
+		int res = cqe->res;
+		bool write = io_uring_cqe_get_data64(cqe) == 1;
+		io_uring_cqe_seen(ring, cqe);
+		if (!err && res < 0)
+			err = res;
+		else if (!err && write && (size_t)res != len)
+			err = -EIO;
+	}
+	return err;
+}
+#endif
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
 	const struct bench_opts *o = &w->c->o;
+#ifdef BENCH_HAVE_LIBURING
+	struct io_uring ring;
+	if (w->uring && (w->error = io_uring_queue_init(8, &ring, 0)))
+		return NULL;
+#endif
 	uint64_t seed = 0x5eed0000u + w->index * 7919u + 1;
 	uint64_t slots = w->file_size / o->bs;
 	unsigned char *buf = malloc(o->bs);
@@ -89,6 +154,14 @@ static void *worker_main(void *arg)
 				w->error = s;
 				break;
 			}
+		} else if (w->uring) {
+#ifdef BENCH_HAVE_LIBURING
+			int r = uring_write_sync(&ring, w->fd, buf, o->bs, off);
+			if (r) {
+				w->error = r;
+				break;
+			}
+#endif
 		} else {
 			ssize_t r = pwrite(w->fd, buf, o->bs, (off_t)off);
 			if (r != (ssize_t)o->bs || fdatasync(w->fd)) {
@@ -107,6 +180,10 @@ static void *worker_main(void *arg)
 		bench_lat_push(&w->lat, bench_now_ns() - t0);
 		w->ops++;
 	}
+#ifdef BENCH_HAVE_LIBURING
+	if (w->uring)
+		io_uring_queue_exit(&ring);
+#endif
 	free(buf);
 	return NULL;
 }
@@ -201,7 +278,7 @@ static int run_variant(struct bench_ctx *c, const int *fds, unsigned n,
 			err = folio_mapping_stats(f[i].m, &st);
 		stats_add(&before, &st);
 	}
-	if (!err && tracking < 0 && o->dm.on) {
+	if (!err && tracking == VARIANT_KERNEL && o->dm.on) {
 		err = devmodel_new(&kdm, &o->dm);
 		c->modelled = true;
 	}
@@ -211,6 +288,7 @@ static int run_variant(struct bench_ctx *c, const int *fds, unsigned n,
 	atomic_bool stop;
 	for (unsigned i = 0; i < o->jobs; i++)
 		w[i] = (struct worker){.c = c, .m = f[i % n].m,
+				       .uring = tracking == VARIANT_URING,
 				       .fd = fds[i % n],
 				       .file_size = file_size, .dm = kdm,
 				       .index = i, .stop = &stop};
@@ -381,7 +459,20 @@ static int run(struct bench_ctx *c)
 				  BENCH_TRACK_FOLIO, &rf);
 	if (!err && kernel)
 		err = run_variant(c, fds, n, file_size, "kernel page cache",
-				  -1, &rk);
+				  VARIANT_KERNEL, &rk);
+	struct result ru = {0};
+	bool plain_uring = false;
+#ifdef BENCH_HAVE_LIBURING
+	plain_uring = kernel && o->engine == BENCH_ENGINE_URING && !o->dm.on;
+	if (plain_uring && BENCH_UNDER_VALGRIND()) {
+		bench_note(c, "under valgrind: plain io_uring variant skipped");
+		plain_uring = false;
+	}
+	if (!err && plain_uring)
+		err = run_variant(c, fds, n, file_size,
+				  "kernel io_uring (linked fsync)",
+				  VARIANT_URING, &ru);
+#endif
 	for (unsigned i = 0; i < opened; i++)
 		close(fds[i]);
 	free(fds);
@@ -400,12 +491,22 @@ static int run(struct bench_ctx *c)
 					     .ratio = rb.mbs / rk.mbs,
 					     .flags = BENCH_ROW_HEADLINE});
 		}
+		if (plain_uring)
+			bench_row(c, &(struct bench_row){
+					     .figure = "block tracking MB/s",
+					     .value = rb.mbs, .unit = "MB/s",
+					     .cmp = "kernel io_uring",
+					     .ratio = rb.mbs / ru.mbs,
+					     .flags = BENCH_ROW_HEADLINE});
 	}
 	if (do_folio)
 		add_rows(c, "whole-folio", &rf, "kernel page cache", kcmp,
 			 true);
 	if (kcmp)
 		add_rows(c, "kernel page cache", &rk, NULL, NULL, false);
+	if (plain_uring)
+		add_rows(c, "kernel io_uring", &ru, "kernel page cache", kcmp,
+			 false);
 	return 0;
 }
 
@@ -433,7 +534,10 @@ static struct bench_cmd cmd = {
 	"mapping submitted to the engine / bytes written (1.00 for per-block,\n"
 	"folio/block for whole-folio tracking). With --device-model the kernel\n"
 	"variant is charged one --bs request and one flush per write+fdatasync.\n"
-	"With --engine mem the kernel variant is skipped (no real I/O to compare).",
+	"With --engine mem the kernel variant is skipped (no real I/O to compare).\n"
+	"With --engine uring (and no --device-model) a plain io_uring loop runs\n"
+	"too: one ring per thread, each write with a linked fdatasync in one\n"
+	"submit-and-wait, what an io_uring program does without a cache.",
 	.defaults = {.size = 256 * MIB, .bs = 4 * KIB, .jobs = 8,
 		     .runtime = 5, .folio_size = 64 * KIB,
 		     .block_size = 4 * KIB, .engine = BENCH_ENGINE_POSIX},
