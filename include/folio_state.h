@@ -658,7 +658,12 @@ struct folio_engine_ops {
 };
 
 /* struct folio_engine_ops.caps: submit() takes FOLIO_IO_DURABLE writes.
- * Without it a sync writes, waits, then calls flush(). */
+ * Without it a sync writes, waits, then calls flush(). With it, a flush()
+ * that succeeds is trusted only once every durable write in flight when it
+ * returned has completed (a barrier that failed meanwhile may have dropped
+ * what the flush found gone): the library waits for them, calling wait()
+ * when the engine has one, so they must complete through wait() or on
+ * their own, not only on something the flushing thread does later. */
 #define FOLIO_ENGINE_CAP_DURABLE 0x1u
 
 struct folio_engine;
