@@ -875,25 +875,8 @@ static void *dt_faults(void *p)
 	struct dt_ctx *c = p;
 	uint64_t seed = c->seed ^ 0xfa17;
 	while (!atomic_load(&c->stop)) {
-		struct folio_mem_fault f = {.sz = sizeof(f), .count = 1,
-					    .skip = test_rand_below(&seed, 4)};
-		switch (test_rand_below(&seed, 4)) {
-		case 0:
-			f.ops = FOLIO_MEM_OP_WRITE;
-			f.error = -EIO;
-			break;
-		case 1:
-			f.ops = FOLIO_MEM_OP_WRITE;
-			f.short_len = 512 * (1 + test_rand_below(&seed, 7));
-			break;
-		default:
-			f.ops = FOLIO_MEM_OP_FLUSH;
-			f.error = -EIO;
-			f.flags = test_rand_below(&seed, 2)
-					  ? FOLIO_MEM_FAULT_LOSE : 0;
-
-			break;
-		}
+		struct folio_mem_fault f =
+			test_random_fault(&seed, false, 3584, 4);
 		if (folio_engine_mem_inject(c->e, &f) == -ENOSPC)
 			folio_engine_mem_clear_faults(c->e);
 		struct timespec ts = {0, 200000};

@@ -292,33 +292,10 @@ static void do_fault(struct world *w, unsigned mi)
 		x->rules = 0;
 		return;
 	}
-	struct folio_mem_fault f = {.sz = sizeof(f), .skip = rnd(w, 3),
-				    .count = 1 + rnd(w, 3)};
-	switch (rnd(w, 5)) {
-	case 0:
-		f.ops = FOLIO_MEM_OP_WRITE;
-		f.error = -EIO;
-		break;
-	case 1:
-		f.ops = FOLIO_MEM_OP_WRITE;
-		f.short_len = 1 + rnd(w, 8192);
-		break;
-	case 2:
-		f.ops = FOLIO_MEM_OP_FLUSH;
-		f.error = -EIO;
-		f.flags = rnd(w, 2) ? FOLIO_MEM_FAULT_LOSE : 0;
-		break;
-	case 3:
-		f.ops = FOLIO_MEM_OP_READ;
-		f.error = -EIO;
-		f.count = 1;
-		break;
-	default:
-		f.ops = FOLIO_MEM_OP_TRUNCATE;
-		f.error = -EIO;
-		f.count = 1;
-		break;
-	}
+	struct folio_mem_fault f = test_random_fault(&w->rng, true, 8192, 3);
+	/* Writes and flushes may fail a few times in a row. */
+	if (f.ops == FOLIO_MEM_OP_WRITE || f.ops == FOLIO_MEM_OP_FLUSH)
+		f.count = 1 + rnd(w, 3);
 	if (rnd(w, 2)) {
 		f.pos = rnd(w, SPACE);
 		f.len = 1 + rnd(w, 65536);

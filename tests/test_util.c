@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -58,6 +59,35 @@ struct folio_mapping_stats test_mapping_stats(struct folio_mapping *m)
 	struct folio_mapping_stats st = {.sz = sizeof(st)};
 	assert_int_equal(folio_mapping_stats(m, &st), 0);
 	return st;
+}
+
+struct folio_mem_fault test_random_fault(uint64_t *seed, bool reads_truncates,
+					 size_t short_max, uint64_t skip_below)
+{
+	struct folio_mem_fault f = {.sz = sizeof(f), .count = 1,
+				    .skip = test_rand_below(seed, skip_below),
+				    .error = -EIO};
+	switch (test_rand_below(seed, reads_truncates ? 5 : 3)) {
+	case 0:
+		f.ops = FOLIO_MEM_OP_WRITE;
+		break;
+	case 1:
+		f.ops = FOLIO_MEM_OP_WRITE;
+		f.error = 0;
+		f.short_len = 1 + test_rand_below(seed, short_max);
+		break;
+	case 2:
+		f.ops = FOLIO_MEM_OP_FLUSH;
+		f.flags = test_rand_below(seed, 2) ? FOLIO_MEM_FAULT_LOSE : 0;
+		break;
+	case 3:
+		f.ops = FOLIO_MEM_OP_READ;
+		break;
+	default:
+		f.ops = FOLIO_MEM_OP_TRUNCATE;
+		break;
+	}
+	return f;
 }
 
 struct folio_mem_stats test_mem_stats(struct folio_engine *e)

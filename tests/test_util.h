@@ -73,6 +73,17 @@ bool test_trace_on(void);
 struct folio_mapping_stats test_mapping_stats(struct folio_mapping *m);
 struct folio_mem_stats test_mem_stats(struct folio_engine *e);
 
+/*
+ * A random mem-engine fault rule for the fault models, drawn from `seed`:
+ * a write error, a short write (1..short_max bytes), or a failing flush
+ * (losing the volatile cache half the time); with `reads_truncates` also a
+ * read or truncate error. It fires once after 0..skip_below-1 matching
+ * operations; the caller may widen count and pos/len.
+ */
+struct folio_mem_fault test_random_fault(uint64_t *seed, bool reads_truncates,
+					 size_t short_max,
+					 uint64_t skip_below);
+
 /* Tear down a test's mapping (discarding dirty data; may be NULL) and
  * its engine, failing the test if either refuses. */
 void test_close(struct folio_mapping *m, struct folio_engine *e);
