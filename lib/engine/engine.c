@@ -64,6 +64,17 @@ int folio_engine_free(struct folio_engine *e)
 	return 0;
 }
 
+/* engine_wait_until()'s callbacks for a futex count (futex.h). */
+static bool count_drained(void *count)
+{
+	return futex_count_drained(count);
+}
+
+static void count_sleep(void *count, const struct timespec *t)
+{
+	futex_count_sleep(count, t);
+}
+
 /*
  * Durable writes against flushes. A durable write's barrier is a flush
  * the engine runs on its own, and its failure is counted only when the
@@ -76,15 +87,6 @@ int folio_engine_free(struct folio_engine *e)
  * count-then-recheck on submission (as in epoch.h) keeps a write that
  * saw the old parity from slipping past a flip it did not see.
  */
-#define BARRIER_SLEEPER 0x80000000u
-
-static void barrier_exit(struct folio_engine *e, unsigned parity)
-{
-	atomic_uint *c = &e->barriers[parity];
-	if (atomic_fetch_sub(c, 1) == (BARRIER_SLEEPER | 1u))
-		futex_wake_all(c);
-}
-
 int engine_submit(struct folio_engine *e, struct folio_io *io)
 {
 	struct engine_io *rq = container_of(io, struct engine_io, io);
@@ -98,7 +100,7 @@ int engine_submit(struct folio_engine *e, struct folio_io *io)
 				rq->barrier_parity = p;
 				break;
 			}
-			barrier_exit(e, p);
+			futex_count_put(&e->barriers[p]);
 		}
 		rq->barrier_engine = e;
 	}
@@ -106,28 +108,9 @@ int engine_submit(struct folio_engine *e, struct folio_io *io)
 	if (r && rq->barrier_engine) {
 		/* Refused: no barrier ran. */
 		rq->barrier_engine = NULL;
-		barrier_exit(e, rq->barrier_parity);
+		futex_count_put(&e->barriers[rq->barrier_parity]);
 	}
 	return r;
-}
-
-struct barrier_drain {
-	atomic_uint *count;
-};
-
-static bool barriers_drained(void *arg)
-{
-	struct barrier_drain *d = arg;
-	return !(atomic_load(d->count) & ~BARRIER_SLEEPER);
-}
-
-static void barriers_sleep(void *arg, const struct timespec *t)
-{
-	struct barrier_drain *d = arg;
-	unsigned v = atomic_fetch_or(d->count, BARRIER_SLEEPER) |
-		     BARRIER_SLEEPER;
-	if (v != BARRIER_SLEEPER)
-		futex_wait_for(d->count, v, t);
 }
 
 int engine_flush(struct folio_engine *e)
@@ -140,12 +123,11 @@ int engine_flush(struct folio_engine *e)
 	atomic_fetch_add(&e->flush_seq, 1);
 	if (!r) {
 		unsigned old = atomic_fetch_xor(&e->barrier_parity, 1) & 1;
-		struct barrier_drain d = {&e->barriers[old]};
+		atomic_uint *count = &e->barriers[old];
 		/* The engine's wait() reaps for engines that need it; its
 		 * error is the waits' own, not this flush's. */
-		(void)engine_wait_until(e, barriers_drained, barriers_sleep,
-					&d);
-		atomic_fetch_and(d.count, ~BARRIER_SLEEPER);
+		(void)engine_wait_until(e, count_drained, count_sleep, count);
+		atomic_fetch_and(count, ~FUTEX_COUNT_SLEEPER);
 	}
 	pthread_mutex_unlock(&e->flush_lock);
 	return r;
@@ -178,7 +160,7 @@ void folio_io_complete(struct folio_io *io, ssize_t result)
 		 */
 		else if (atomic_load(&e->flush_seq) & 1)
 			rq->barrier_untrusted = true;
-		barrier_exit(e, rq->barrier_parity);
+		futex_count_put(&e->barriers[rq->barrier_parity]);
 	}
 	rq->end_io(rq, result);
 }
@@ -202,10 +184,7 @@ void io_group_done(struct io_group *g, int error)
 	}
 	/* Only a waiter that went to sleep needs the system call; most
 	 * waits end with the waiter reaping the last completion itself. */
-	unsigned old = atomic_fetch_sub_explicit(&g->pending, 1,
-						 memory_order_acq_rel);
-	if (old == (IO_GROUP_SLEEPER | 1u))
-		futex_wake_all(&g->pending);
+	futex_count_put(&g->pending);
 }
 
 /* Longest pause between wait() calls of an engine whose wait() fails. */
@@ -240,30 +219,11 @@ int engine_wait_until(struct folio_engine *e, bool (*done)(void *arg),
 	return err;
 }
 
-static bool group_done(void *arg)
-{
-	struct io_group *g = arg;
-	return !(atomic_load_explicit(&g->pending, memory_order_acquire) &
-		 ~IO_GROUP_SLEEPER);
-}
-
-static void group_sleep(void *arg, const struct timespec *t)
-{
-	struct io_group *g = arg;
-	/* The mark and the count share one word, so the last completion
-	 * either sees the mark or leaves a count of zero for the futex to
-	 * refuse the sleep on. */
-	unsigned v = atomic_fetch_or_explicit(&g->pending, IO_GROUP_SLEEPER,
-					      memory_order_acq_rel) |
-		     IO_GROUP_SLEEPER;
-	if (v != IO_GROUP_SLEEPER)
-		futex_wait_for(&g->pending, v, t);
-}
-
 int io_group_wait(struct io_group *g, struct folio_engine *e)
 {
-	atomic_fetch_sub_explicit(&g->pending, 1, memory_order_acq_rel);
-	int werr = engine_wait_until(e, group_done, group_sleep, g);
+	futex_count_put(&g->pending); /* the submitter's bias */
+	int werr = engine_wait_until(e, count_drained, count_sleep,
+				     &g->pending);
 	int err = atomic_load(&g->error);
 	return err ? err : werr;
 }

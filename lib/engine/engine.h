@@ -34,8 +34,8 @@ struct folio_engine {
 	 * before any later flush can return. */
 	pthread_mutex_t flush_lock;
 	/* Durable writes in flight, each counted under the parity that was
-	 * current when it was submitted (see engine_flush()); the top bit
-	 * of a count says a flush sleeps on it. */
+	 * current when it was submitted (see engine_flush()): futex counts
+	 * (base/futex.h) a flush sleeps on. */
 	atomic_uint barrier_parity;
 	atomic_uint barriers[2];
 	/* Odd while a flush() runs and its failure is not yet counted: a
@@ -74,7 +74,6 @@ static inline bool engine_has_durable(const struct folio_engine *e)
 	return e->ops.caps & FOLIO_ENGINE_CAP_DURABLE;
 }
 
-
 static inline int engine_truncate(struct folio_engine *e, uint64_t size)
 {
 	return engine_result(e->ops.truncate(e->ctx, size));
@@ -104,12 +103,9 @@ struct engine_io {
  * last request is submitted.
  */
 struct io_group {
-	atomic_uint pending; /* count, and IO_GROUP_SLEEPER */
+	atomic_uint pending; /* a futex count (base/futex.h) */
 	atomic_int error; /* first error seen, 0 if none */
 };
-
-/* In io_group.pending: the waiter may be asleep on the futex. */
-#define IO_GROUP_SLEEPER 0x80000000u
 
 void io_group_init(struct io_group *g);
 void io_group_add(struct io_group *g);
