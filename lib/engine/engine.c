@@ -87,25 +87,22 @@ static void count_sleep(void *count, const struct timespec *t)
  * count-then-recheck on submission (as in epoch.h) keeps a write that
  * saw the old parity from slipping past a flip it did not see.
  */
-int engine_submit(struct folio_engine *e, struct folio_io *io)
+int engine_submit_durable(struct folio_engine *e, struct folio_io *io)
 {
 	struct engine_io *rq = container_of(io, struct engine_io, io);
-	rq->barrier_engine = NULL;
 	rq->barrier_untrusted = false;
-	if (io->flags & FOLIO_IO_DURABLE) {
-		for (;;) {
-			unsigned p = atomic_load(&e->barrier_parity) & 1;
-			atomic_fetch_add(&e->barriers[p], 1);
-			if ((atomic_load(&e->barrier_parity) & 1) == p) {
-				rq->barrier_parity = p;
-				break;
-			}
-			futex_count_put(&e->barriers[p]);
+	for (;;) {
+		unsigned p = atomic_load(&e->barrier_parity) & 1;
+		atomic_fetch_add(&e->barriers[p], 1);
+		if ((atomic_load(&e->barrier_parity) & 1) == p) {
+			rq->barrier_parity = p;
+			break;
 		}
-		rq->barrier_engine = e;
+		futex_count_put(&e->barriers[p]);
 	}
+	rq->barrier_engine = e;
 	int r = engine_result(e->ops.submit(e->ctx, io));
-	if (r && rq->barrier_engine) {
+	if (r) {
 		/* Refused: no barrier ran. */
 		rq->barrier_engine = NULL;
 		futex_count_put(&e->barriers[rq->barrier_parity]);
@@ -138,31 +135,41 @@ void *folio_engine_ctx(const struct folio_engine *e)
 	return e ? e->ctx : NULL;
 }
 
+/* A durable write completed: the in-flight side of engine_flush(), then
+ * the request's own completion. Out of line and ending in the call, so
+ * that folio_io_complete() is two tail calls and saves no registers. */
+static __attribute__((noinline)) void
+barrier_complete(struct engine_io *rq, ssize_t result)
+{
+	struct folio_engine *e = rq->barrier_engine;
+	/* A failed durable write may have failed in its barrier, which may
+	 * have dropped what the engine held, whoever wrote it, exactly as a
+	 * failed flush(). Counted before it leaves the in-flight count, so
+	 * a flush waiting for it sees it. */
+	if (result < 0)
+		atomic_fetch_add(&e->flush_failures, 1);
+	/*
+	 * The other way round: a flush() running now may have failed and
+	 * dropped what the engine held before this barrier ran (which then
+	 * found nothing to fail on), and counts that only when it returns.
+	 * Once no flush runs, every one that could have has counted, and
+	 * the mapping compares the count.
+	 */
+	else if (atomic_load(&e->flush_seq) & 1)
+		rq->barrier_untrusted = true;
+	futex_count_put(&e->barriers[rq->barrier_parity]);
+	rq->end_io(rq, result);
+}
+
 void folio_io_complete(struct folio_io *io, ssize_t result)
 {
 	if (!io)
 		return;
 	struct engine_io *rq = container_of(io, struct engine_io, io);
-	struct folio_engine *e = rq->barrier_engine;
-	if (e) {
-		/* A failed durable write may have failed in its barrier,
-		 * which may have dropped what the engine held, whoever wrote
-		 * it, exactly as a failed flush(). Counted before it leaves
-		 * the in-flight count, so a flush waiting for it sees it. */
-		if (result < 0)
-			atomic_fetch_add(&e->flush_failures, 1);
-		/*
-		 * The other way round: a flush() running now may have failed
-		 * and dropped what the engine held before this barrier ran
-		 * (which then found nothing to fail on), and counts that only
-		 * when it returns. Once no flush runs, every one that could
-		 * have has counted, and the mapping compares the count.
-		 */
-		else if (atomic_load(&e->flush_seq) & 1)
-			rq->barrier_untrusted = true;
-		futex_count_put(&e->barriers[rq->barrier_parity]);
-	}
-	rq->end_io(rq, result);
+	if (rq->barrier_engine)
+		barrier_complete(rq, result);
+	else
+		rq->end_io(rq, result);
 }
 
 void io_group_init(struct io_group *g)

@@ -61,9 +61,9 @@ static inline int engine_result(int r)
 	return r > 0 ? -EIO : r;
 }
 
-/* Submit a library request (an engine_io); a durable write is counted
- * in flight until it completes (see engine_flush()). */
-int engine_submit(struct folio_engine *e, struct folio_io *io);
+/* engine_submit() (below) for a durable write: counted in flight until
+ * it completes (see engine_flush()). */
+int engine_submit_durable(struct folio_engine *e, struct folio_io *io);
 
 /* The engine's flush, one at a time per engine (see flush_lock). */
 int engine_flush(struct folio_engine *e);
@@ -87,7 +87,8 @@ struct engine_io {
 	struct folio_io io;
 	void (*end_io)(struct engine_io *rq, ssize_t result);
 	/* A durable write's engine and the parity it is counted under
-	 * (engine_submit()); NULL for every other request. */
+	 * (engine_submit_durable()); NULL for every other request, which
+	 * must start zeroed, as the mapping's requests do (io_alloc()). */
 	struct folio_engine *barrier_engine;
 	unsigned barrier_parity;
 	/* Set by folio_io_complete() on a durable write that completed in
@@ -95,6 +96,15 @@ struct engine_io {
 	 * so the write counts as written, not as durable. */
 	bool barrier_untrusted;
 };
+
+/* Submit a library request (an engine_io). Inline: every request comes
+ * here, and only a sync's durable write needs more than the call. */
+static inline int engine_submit(struct folio_engine *e, struct folio_io *io)
+{
+	if (io->flags & FOLIO_IO_DURABLE)
+		return engine_submit_durable(e, io);
+	return engine_result(e->ops.submit(e->ctx, io));
+}
 
 /*
  * A group of requests someone waits for. Each submitted request adds one;

@@ -48,17 +48,17 @@ void mapping_commit_destroy(struct folio_mapping *m)
 	pthread_mutex_destroy(&m->commit.lock);
 }
 
-void mapping_mark_unstable(struct folio_mapping *m, struct folio *f,
-			   struct index_node *node, size_t off, size_t len,
-			   uint64_t epoch, uint64_t failures)
+void mapping_mark_unstable(struct folio_mapping *m, const struct rq_seg *s,
+			   size_t len, uint64_t epoch, uint64_t failures)
 {
 	/* Linux policy: nothing is kept for a flush that might fail. */
 	if (m->flags & FOLIO_MAPPING_DROP_ON_ERROR)
 		return;
+	struct folio *f = s->folio;
 	size_t newly;
-	if (folio_mark_unstable(f, off, len, epoch, failures, &newly) &
+	if (folio_mark_unstable(f, s->off, len, epoch, failures, &newly) &
 	    FOLIO_BECAME_UNSTABLE)
-		mapping_tag_set_at(m, f, node, INDEX_TAG_UNSTABLE);
+		mapping_tag_set_at(m, f, s->node, INDEX_TAG_UNSTABLE);
 	mapping_cache_account(m, 0, 0, mapping_block_bytes(f, newly));
 }
 
@@ -363,13 +363,11 @@ bool mapping_durable_begin(struct folio_mapping *m, struct mapping_durable *d)
 	return ok;
 }
 
-uint64_t mapping_unstable_epoch(struct folio_mapping *m,
-				const struct mapping_io *io, ssize_t result)
+uint64_t mapping_durable_epoch(struct folio_mapping *m,
+			       const struct mapping_io *io, ssize_t result)
 {
 	uint64_t now = atomic_load_explicit(&m->flush_epoch,
 					    memory_order_acquire);
-	if (!(io->base.io.flags & FOLIO_IO_DURABLE))
-		return now;
 	struct folio_engine *e = m->engine;
 	int64_t outcome = DURABLE_PENDING;
 	if (result < 0) {

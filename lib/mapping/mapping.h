@@ -613,25 +613,21 @@ void mapping_commit_destroy(struct folio_mapping *m);
  * a flush covers it. Caller holds io_lock exclusively. */
 void mapping_resize_unstable(struct folio_mapping *m, uint64_t size);
 
-/* A write of [off, off+len) of f, held by index node `node` (see
- * mapping_tag_set_at()), completed: the bytes are unstable until a flush
- * covering `epoch` succeeds (mapping_unstable_epoch()); `failures` is the
- * engine's failed-flush count read at its submission. */
-void mapping_mark_unstable(struct folio_mapping *m, struct folio *f,
-			   struct index_node *node, size_t off, size_t len,
-			   uint64_t epoch, uint64_t failures);
+/* The first `len` bytes of a write request's segment `s` (its folio, the
+ * index node holding it, see mapping_tag_set_at(), and its offset)
+ * completed: they are unstable until a flush covering `epoch` succeeds
+ * (mapping_unstable_epoch()); `failures` is the engine's failed-flush
+ * count read at the request's submission. Five arguments: all in
+ * registers, for every segment of every completion. */
+struct rq_seg;
+void mapping_mark_unstable(struct folio_mapping *m, const struct rq_seg *s,
+			   size_t len, uint64_t epoch, uint64_t failures);
 
-/*
- * The epoch a write request that completed with `result` marks its bytes
- * unstable in: the current one, or for a durable write (FOLIO_IO_DURABLE)
- * the one its own barrier covers when that barrier succeeded. For a
- * durable write it also records the outcome for the sync that sent it
- * and counts a failure as a failed flush of the engine. Call it once per
- * request, first thing in its completion.
- */
+/* mapping_unstable_epoch() (below) for a durable write: records its
+ * outcome for the sync that sent it. */
 struct mapping_io;
-uint64_t mapping_unstable_epoch(struct folio_mapping *m,
-				const struct mapping_io *io, ssize_t result);
+uint64_t mapping_durable_epoch(struct folio_mapping *m,
+			       const struct mapping_io *io, ssize_t result);
 
 /*
  * A sync's durable write (doc/design.md, "Durable writes"). `wanted`: the
@@ -766,6 +762,23 @@ struct mapping_io {
 	struct rq_seg *segs;
 	struct iovec iov[];
 };
+
+/*
+ * The epoch a write request that completed with `result` marks its bytes
+ * unstable in: the current one, or for a durable write (FOLIO_IO_DURABLE)
+ * the one its own barrier covers when that barrier succeeded. Call it
+ * once per request, first thing in its completion. Inline: every
+ * writeback completion asks, and only a sync's one durable write needs
+ * more than a load.
+ */
+static inline uint64_t mapping_unstable_epoch(struct folio_mapping *m,
+					      const struct mapping_io *io,
+					      ssize_t result)
+{
+	if (io->base.io.flags & FOLIO_IO_DURABLE)
+		return mapping_durable_epoch(m, io, result);
+	return atomic_load_explicit(&m->flush_epoch, memory_order_acquire);
+}
 
 /* Last extent returned by the engine's map(), so consecutive runs inside
  * one extent cost no callback. */

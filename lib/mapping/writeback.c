@@ -73,8 +73,8 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 		struct rq_seg *s = &io->segs[i];
 		size_t ok = good > at ? MIN(good - at, s->len) : 0;
 		if (ok)
-			mapping_mark_unstable(m, s->folio, s->node, s->off,
-					      ok, epoch, io->flush_failures);
+			mapping_mark_unstable(m, s, ok, epoch,
+					      io->flush_failures);
 		if (ok < s->len && !drop)
 			redirty(m, s->folio, s->off + ok, s->len - ok);
 		at += s->len;
