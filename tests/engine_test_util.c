@@ -502,24 +502,34 @@ void fe_test_many_segments(void **state)
  * limit and the next one fails with EFBIG. The engine must go on past the
  * first short transfer and then report the bytes it did write.
  */
+void fsize_limit_begin(struct fsize_limit *l, uint64_t bytes)
+{
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &l->old), 0);
+	l->oldsig = signal(SIGXFSZ, SIG_IGN);
+	struct rlimit lim = l->old;
+	lim.rlim_cur = bytes;
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+}
+
+void fsize_limit_end(struct fsize_limit *l)
+{
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &l->old), 0);
+	signal(SIGXFSZ, l->oldsig);
+}
+
 void fe_test_short_write(void **state)
 {
 	struct tfile f;
 	if (!tfile_open(&f, state))
 		return;
 	struct folio_engine *e = fe_new(f.fd, 0);
-	struct rlimit old, lim;
-	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
-	void (*oldsig)(int) = signal(SIGXFSZ, SIG_IGN);
-	lim = old;
-	lim.rlim_cur = 10000;
-	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	struct fsize_limit fl;
+	fsize_limit_begin(&fl, 10000);
 	char buf[30000], chk[30000];
 	fill(buf, sizeof(buf), 5);
 	long r = do_io(e, FOLIO_IO_WRITE, 0, buf, sizeof(buf), 7, 0);
 	long r2 = do_io(e, FOLIO_IO_WRITE, 20000, buf, 100, 1, 0);
-	assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
-	signal(SIGXFSZ, oldsig);
+	fsize_limit_end(&fl);
 	assert_int_equal(r, 10000);
 	assert_int_equal(r2, -EFBIG); /* nothing written: the error */
 	assert_int_equal(pread(f.fd, chk, sizeof(chk), 0), 10000);
@@ -957,16 +967,11 @@ void fe_test_durable(void **state)
 		/* Short: stopped by a file-size limit, reported short; the
 		 * rest fails. */
 		assert_int_equal(eng_truncate(e, 0), 0);
-		struct rlimit old, lim;
-		assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
-		void (*oldsig)(int) = signal(SIGXFSZ, SIG_IGN);
-		lim = old;
-		lim.rlim_cur = 10000;
-		assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+		struct fsize_limit fl;
+		fsize_limit_begin(&fl, 10000);
 		long r1 = durable_io(e, 0, in, LEN, 5);
 		long r2 = durable_io(e, 20000, in, 100, 1);
-		assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
-		signal(SIGXFSZ, oldsig);
+		fsize_limit_end(&fl);
 		assert_int_equal(r1, 10000);
 		assert_int_equal(r2, -EFBIG);
 		assert_int_equal(pread(f.fd, chk, LEN, 0), 10000);

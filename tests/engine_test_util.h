@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/uio.h>
 
 #include "engine/engine.h"
@@ -177,6 +178,16 @@ struct tfile {
  * counts as a failure. */
 bool tfile_open(struct tfile *f, void **state);
 void tfile_close(struct tfile *f);
+
+/* A file-size limit (RLIMIT_FSIZE) of `bytes`, the easy way to force a
+ * short write: a write stops at it and the next one fails with EFBIG.
+ * SIGXFSZ is ignored meanwhile; fsize_limit_end() restores both. */
+struct fsize_limit {
+	struct rlimit old;
+	void (*oldsig)(int);
+};
+void fsize_limit_begin(struct fsize_limit *l, uint64_t bytes);
+void fsize_limit_end(struct fsize_limit *l);
 
 /* ---- tests shared by the file engines ------------------------------- */
 

@@ -19,9 +19,7 @@
 #include <cmocka.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -356,15 +354,11 @@ static void test_threads_short_errors(void **state)
 		return;
 	uint64_t seed = test_seed("uring_short_errors");
 	struct folio_engine *e = uring_new(f.fd, 4, 0);
-	struct rlimit old, lim;
-	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
-	void (*oldsig)(int) = signal(SIGXFSZ, SIG_IGN);
-	lim = old;
 	/* Inside slot row SE_SLOTS / 2, not on a slot boundary. */
 	uint64_t limit = (uint64_t)SE_SLOTS / 2 * SE_THREADS * SE_SLOT +
 			 SE_THREADS / 2 * SE_SLOT + 1234;
-	lim.rlim_cur = limit;
-	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	struct fsize_limit fl;
+	fsize_limit_begin(&fl, limit);
 	pthread_t th[SE_THREADS];
 	struct se_arg a[SE_THREADS];
 	for (int i = 0; i < SE_THREADS; i++) {
@@ -380,8 +374,7 @@ static void test_threads_short_errors(void **state)
 		assert_int_equal(pthread_join(th[i], NULL), 0);
 		errors += a[i].errors;
 	}
-	assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
-	signal(SIGXFSZ, oldsig);
+	fsize_limit_end(&fl);
 	assert_int_equal(errors, 0);
 	assert_int_equal(folio_engine_free(e), 0);
 	tfile_close(&f);
