@@ -597,6 +597,38 @@ struct folio_io {
  */
 FOLIO_EXPORT void folio_io_complete(struct folio_io *io, ssize_t result);
 
+/**
+ * folio_io_complete_durable() - finish a FOLIO_IO_DURABLE write, telling
+ * its transfer and its barrier apart.
+ * @io:      a request submit() accepted; NULL is ignored.
+ * @result:  the transfer's outcome, as for folio_io_complete().
+ * @barrier: 0, or the negative errno of the barrier that ran after a full
+ *           transfer (@result == io->len).
+ *
+ * A durable write whose bytes reached the store but whose barrier failed
+ * is not the same as a write that failed: the store now holds the bytes
+ * (and has grown to hold them), they are just not durable. Completing it
+ * with folio_io_complete(io, -err) would leave the library believing the
+ * store never saw them, so a later discard reaching EOF could move EOF
+ * below the store's real size. With this call the bytes count as written
+ * and the barrier's failure counts as a failed flush() of the engine:
+ * what it may have dropped (this write's data and every other write
+ * completed since the last good flush, of any mapping over the engine)
+ * is made dirty again and written by the next sync, which reports
+ * @barrier to every error cursor.
+ *
+ * With @barrier 0, with @result other than io->len (no barrier follows a
+ * short or failed transfer), or on a request without FOLIO_IO_DURABLE it
+ * is exactly folio_io_complete(io, @result). A positive @barrier counts
+ * as -EIO. An engine that cannot tell where a durable write failed (a
+ * lost connection) completes it with folio_io_complete(io, -errno): the
+ * library then assumes the bytes may or may not be in the store.
+ *
+ * Context: as folio_io_complete(); call exactly one of the two, once.
+ */
+FOLIO_EXPORT void folio_io_complete_durable(struct folio_io *io,
+					    ssize_t result, int barrier);
+
 /*
  * Engine callbacks. Each gets the ctx given at creation. They may be
  * called from any thread that uses a mapping over the engine, several at

@@ -38,6 +38,7 @@ struct tio {
 	struct iovec iov_inline[TIO_INLINE_IOV];
 	atomic_int ncomplete;
 	atomic_long result;
+	atomic_int barrier;          /* the request's barrier_error */
 	atomic_uint order;           /* global completion rank */
 	void (*hook)(struct tio *t); /* runs inside the completion */
 	void *arg;

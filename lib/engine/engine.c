@@ -91,6 +91,7 @@ int engine_submit_durable(struct folio_engine *e, struct folio_io *io)
 {
 	struct engine_io *rq = container_of(io, struct engine_io, io);
 	rq->barrier_untrusted = false;
+	rq->barrier_error = 0;
 	for (;;) {
 		unsigned p = atomic_load(&e->barrier_parity) & 1;
 		atomic_fetch_add(&e->barriers[p], 1);
@@ -146,7 +147,7 @@ barrier_complete(struct engine_io *rq, ssize_t result)
 	 * have dropped what the engine held, whoever wrote it, exactly as a
 	 * failed flush(). Counted before it leaves the in-flight count, so
 	 * a flush waiting for it sees it. */
-	if (result < 0)
+	if (result < 0 || rq->barrier_error)
 		atomic_fetch_add(&e->flush_failures, 1);
 	/*
 	 * The other way round: a flush() running now may have failed and
@@ -170,6 +171,21 @@ void folio_io_complete(struct folio_io *io, ssize_t result)
 		barrier_complete(rq, result);
 	else
 		rq->end_io(rq, result);
+}
+
+void folio_io_complete_durable(struct folio_io *io, ssize_t result,
+			       int barrier)
+{
+	if (!io)
+		return;
+	/* Only a full transfer is followed by a barrier; anything else is
+	 * an ordinary completion. A positive barrier is a confused engine:
+	 * a failure, as engine_result() makes of any callback's. */
+	if ((io->flags & FOLIO_IO_DURABLE) && result == (ssize_t)io->len &&
+	    barrier)
+		container_of(io, struct engine_io, io)->barrier_error =
+			engine_result(barrier);
+	folio_io_complete(io, result);
 }
 
 void io_group_init(struct io_group *g)

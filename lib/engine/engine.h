@@ -95,6 +95,11 @@ struct engine_io {
 	 * full while a flush() ran: its barrier's success proves nothing,
 	 * so the write counts as written, not as durable. */
 	bool barrier_untrusted;
+	/* A durable write whose data reached the store in full but whose
+	 * barrier failed (folio_io_complete_durable()): the barrier's
+	 * negative errno, else 0. The bytes count as written (the store
+	 * holds them, and its size grew), the failure as a failed flush. */
+	int barrier_error;
 };
 
 /* Submit a library request (an engine_io). Inline: every request comes

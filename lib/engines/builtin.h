@@ -46,14 +46,18 @@ static inline bool engine_io_durable(const struct folio_io *io)
 }
 
 /*
- * The completion result of a durable write whose transfer gave @res and
- * whose barrier (run only after a full transfer) gave @flush_err: short
- * transfers stay short (not durable), a failed barrier fails the write.
+ * Complete a request whose transfer gave @res and whose barrier gave
+ * @barrier (0 unless a durable write's barrier ran, after a full
+ * transfer, and failed): the library must learn that such bytes are in
+ * the store though not durable (folio_io_complete_durable()).
  */
-static inline ssize_t engine_durable_result(const struct folio_io *io,
-					    ssize_t res, int flush_err)
+static inline void engine_complete(struct folio_io *io, ssize_t res,
+				   int barrier)
 {
-	return res == (ssize_t)io->len && flush_err ? flush_err : res;
+	if (barrier)
+		folio_io_complete_durable(io, res, barrier);
+	else
+		folio_io_complete(io, res);
 }
 
 /* O_DIRECT rule: device position, length and every segment's base and

@@ -162,10 +162,10 @@ int engine_fd_submit_tail(const struct engine_fd *f, struct folio_io *io)
 	 * a sector): done synchronously, buffered; a durable one is synced
 	 * through the same descriptor (either syncs the file's data). */
 	ssize_t res = engine_fd_rw(f->tail_fd, false, io);
+	int barrier = 0;
 	if (engine_io_durable(io) && res == (ssize_t)io->len)
-		res = engine_durable_result(io, res,
-					    engine_fd_datasync(f->tail_fd));
-	folio_io_complete(io, res);
+		barrier = engine_fd_datasync(f->tail_fd);
+	engine_complete(io, res, barrier);
 	return 1;
 }
 

@@ -163,10 +163,11 @@ static int posix_submit(void *arg, struct folio_io *io)
 	/* Durable: the flush runs here, after the write, before the
 	 * completion, so the request needs no second round trip. A short
 	 * write is not synced: it is not durable whatever the sync did. */
+	int barrier = 0;
 	if (!ret && engine_io_durable(io) && res == (ssize_t)len)
-		res = engine_durable_result(io, res, posix_flush(p));
+		barrier = posix_flush(p);
 	if (!ret)
-		folio_io_complete(io, res);
+		engine_complete(io, res, barrier);
 	return 0;
 }
 

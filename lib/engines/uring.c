@@ -100,6 +100,8 @@ struct ureq {
 	bool linked;             /* this round is the write + fsync pair */
 	unsigned cqes;           /* CQEs of this round still to come */
 	int wres, sres;          /* this round's write and fsync results */
+	int barrier;             /* a durable write's failed barrier after a
+				  * full transfer (engine_complete()) */
 };
 
 /* The fsync SQE of a durable round carries its request's address with
@@ -414,7 +416,7 @@ static enum cqe_action ureq_durable_cqe(const struct uring_ctx *c,
 		r->sync_only = true;
 		return CQE_AGAIN;
 	}
-	r->result = engine_durable_result(r->io, r->result, r->sres);
+	r->barrier = r->sres;
 	return CQE_DONE;
 }
 
@@ -515,11 +517,12 @@ static int uring_reap(struct ushard *s, bool block)
 	while ((r = fifo_pop(&deliver))) {
 		struct folio_io *io = r->io;
 		ssize_t result = r->result;
+		int barrier = r->barrier;
 		io->engine_data = NULL;
 		ureq_free(r);
 		if (io->op == FOLIO_IO_READ)
 			mark_read_defined(io, result);
-		folio_io_complete(io, result);
+		engine_complete(io, result, barrier);
 	}
 	engine_own_leave(&uring_own, saved);
 
@@ -550,8 +553,8 @@ static int uring_submit(void *arg, struct folio_io *io)
 		return ret < 0 ? ret : 0;
 	if (!io->len) {
 		/* Nothing to write; a durable one still owes its barrier. */
-		folio_io_complete(io, engine_io_durable(io)
-					      ? engine_fd_datasync(c->f.fd) : 0);
+		engine_complete(io, 0, engine_io_durable(io)
+					       ? engine_fd_datasync(c->f.fd) : 0);
 		return 0;
 	}
 	if (atomic_load_explicit(&c->closing, memory_order_relaxed))

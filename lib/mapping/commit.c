@@ -370,9 +370,10 @@ uint64_t mapping_durable_epoch(struct folio_mapping *m,
 					    memory_order_acquire);
 	struct folio_engine *e = m->engine;
 	int64_t outcome = DURABLE_PENDING;
-	if (result < 0) {
+	int err = result < 0 ? (int)result : io->base.barrier_error;
+	if (err) {
 		/* engine.c counted it as a failed flush of the engine. */
-		outcome = result;
+		outcome = err;
 		atomic_store(&m->commit.durable_failed, true);
 	} else if ((size_t)result == io->base.io.len &&
 		   !io->base.barrier_untrusted) {

@@ -90,16 +90,16 @@ static int mem_flush_locked(struct mem_ctx *c)
 static ssize_t mem_transfer(struct mem_ctx *c, struct folio_io *io,
 			    ssize_t n, uint64_t epoch);
 
-ssize_t mem_perform(struct mem_ctx *c, struct folio_io *io, ssize_t n,
-		    uint64_t epoch)
+void mem_perform(struct mem_ctx *c, struct mem_held *h)
 {
-	ssize_t res = mem_transfer(c, io, n, epoch);
+	struct folio_io *io = h->io;
+	h->plan = mem_transfer(c, io, h->plan, h->epoch);
 	/* Durable: the barrier follows the write at once, as a linked
 	 * fsync would, and is judged like flush() (fault rules on
 	 * FOLIO_MEM_OP_FLUSH, power). Only a full write is synced. */
-	if (engine_io_durable(io) && res == (ssize_t)io->len)
-		res = engine_durable_result(io, res, mem_flush_locked(c));
-	return res;
+	h->barrier = 0;
+	if (engine_io_durable(io) && h->plan == (ssize_t)io->len)
+		h->barrier = mem_flush_locked(c);
 }
 
 static ssize_t mem_transfer(struct mem_ctx *c, struct folio_io *io,
@@ -178,16 +178,17 @@ static int mem_submit(void *arg, struct folio_io *io)
 	ssize_t plan = mem_plan(c, io);
 	c->inflight++;
 	if (c->mode != FOLIO_MEM_SYNC) {
-		c->held[c->nheld++] = (struct mem_held){io, plan, c->epoch};
+		c->held[c->nheld++] = (struct mem_held){io, plan, c->epoch, 0};
 		if (c->mode == FOLIO_MEM_THREAD)
 			pthread_cond_signal(&c->work_cv);
 		pthread_mutex_unlock(&c->lock);
 		return 0;
 	}
-	ssize_t res = mem_perform(c, io, plan, c->epoch);
+	struct mem_held h = {io, plan, c->epoch, 0};
+	mem_perform(c, &h);
 	c->completing++;
 	pthread_mutex_unlock(&c->lock);
-	mem_deliver_one(c, io, res);
+	mem_deliver_one(c, &h);
 	return 0;
 }
 

@@ -57,6 +57,8 @@ struct mem_held {
 	ssize_t plan;
 	uint64_t epoch; /* mem_ctx.epoch at submit: a power cut since then
 			 * means the request never lands */
+	int barrier;    /* set by mem_perform(): a durable write's failed
+			 * barrier after its full transfer */
 };
 
 /* One entry of the volatile log: a completed write (data follows) or a
@@ -117,10 +119,9 @@ struct mem_ctx *mem_of(struct folio_engine *e);
 
 /* ---- mem.c -------------------------------------------------------- */
 
-/* Move the data of a held request whose plan is to transfer @plan bytes
- * (lock held). Returns the completion result. */
-ssize_t mem_perform(struct mem_ctx *c, struct folio_io *io, ssize_t plan,
-		    uint64_t epoch);
+/* Move the data of a held request as its plan says (lock held); the plan
+ * becomes the completion result, with the barrier's outcome beside it. */
+void mem_perform(struct mem_ctx *c, struct mem_held *h);
 
 /* ---- store.c ------------------------------------------------------- */
 
@@ -183,7 +184,7 @@ int mem_held_reserve(struct mem_ctx *c);
  * return). */
 void mem_fail_held(struct mem_ctx *c, ssize_t err);
 /* Deliver one completion decided under the lock, then account for it. */
-void mem_deliver_one(struct mem_ctx *c, struct folio_io *io, ssize_t res);
+void mem_deliver_one(struct mem_ctx *c, const struct mem_held *h);
 int mem_wait(void *arg);
 void mem_stop_thread(struct mem_ctx *c);
 void *mem_thread_main(void *arg);

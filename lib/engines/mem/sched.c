@@ -104,13 +104,12 @@ static void deliver(struct mem_ctx *c, struct mem_held *h, size_t n,
 {
 	struct engine_own saved = engine_own_enter(&mem_own, c, n);
 	for (size_t i = 0; i < n; i++) {
-		ssize_t res = h[i].plan;
 		if (perform) {
 			pthread_mutex_lock(&c->lock);
-			res = mem_perform(c, h[i].io, h[i].plan, h[i].epoch);
+			mem_perform(c, &h[i]);
 			pthread_mutex_unlock(&c->lock);
 		}
-		folio_io_complete(h[i].io, res);
+		engine_complete(h[i].io, h[i].plan, h[i].barrier);
 	}
 	engine_own_leave(&mem_own, saved);
 }
@@ -122,8 +121,10 @@ static void complete_taken(struct mem_ctx *c, struct mem_held *held,
 			   size_t n, bool perform, ssize_t result)
 {
 	if (!perform) {
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = 0; i < n; i++) {
 			held[i].plan = result;
+			held[i].barrier = 0;
+		}
 	}
 	deliver(c, held, n, perform);
 	free(held);
@@ -138,9 +139,9 @@ void mem_fail_held(struct mem_ctx *c, ssize_t err)
 	complete_taken(c, held, n, false, err);
 }
 
-void mem_deliver_one(struct mem_ctx *c, struct folio_io *io, ssize_t res)
+void mem_deliver_one(struct mem_ctx *c, const struct mem_held *done)
 {
-	struct mem_held h = {.io = io, .plan = res};
+	struct mem_held h = *done;
 	deliver(c, &h, 1, false);
 	mem_finished(c, 1);
 }
@@ -161,8 +162,8 @@ static unsigned take_random(struct mem_ctx *c, struct mem_held *out,
 	unsigned k = 0;
 	while (k < max && c->nheld) {
 		struct mem_held h = held_take(c, mem_rand(c) % c->nheld);
-		out[k].io = h.io;
-		out[k].plan = mem_perform(c, h.io, h.plan, h.epoch);
+		mem_perform(c, &h);
+		out[k] = h;
 		k++;
 	}
 	c->completing += k;
