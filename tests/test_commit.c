@@ -672,6 +672,105 @@ static void test_failed_flush_of_other_mapping(void **state)
 	lossy_run(true);  /* ... completed after it */
 }
 
+/*
+ * A's write W is in flight when B's flush fails and drops the engine's
+ * cache, W's data with it. Before W completes, A settles that failure on
+ * its own (a pool shrink flushes A for its other unstable block, and the
+ * flush fails on the count). Then W completes: it must come back dirty
+ * (wb_end_io() sees the failure that happened while it was in flight),
+ * so that A's next sync writes it again. Were it merely unstable, A's
+ * next flush would succeed and settle it as lost, dirty again but after
+ * the sync's writeback pass: a sync whose error cursor was taken after
+ * the failure had been reported would return 0 with W's data gone from
+ * the store.
+ */
+static void test_write_in_flight_across_settled_failure(void **state)
+{
+	(void)state;
+	struct lossy_pair *p = lossy_pair_new(false);
+	struct lossy *l = p->l;
+	struct folio_mapping *b = p->b;
+	struct folio_pool *pool;
+	struct folio_pool_opts po = {.sz = sizeof(po), .budget = 8u << 20};
+	assert_int_equal(folio_pool_new(&pool, &po), 0);
+	struct folio_mapping_opts o = {.sz = sizeof(o),
+				       .block_size = 4096,
+				       .max_folio_size = 64 * KIB,
+				       .engine = p->e,
+				       .pool = pool};
+	struct folio_mapping *a;
+	assert_int_equal(folio_mapping_new(&a, &o), 0);
+	/* A: block Y written back and unstable, then W of block X held. */
+	assert_int_equal(folio_mapping_write(a, p->other, 4096, 256 * KIB),
+			 4096);
+	assert_true(folio_mapping_writeback(a, NULL) > 0);
+	assert_int_equal(folio_mapping_write(a, p->data, 4096, 0), 4096);
+	l->hold_next = true;
+	assert_true(folio_mapping_writeback(a, NULL) > 0);
+	assert_non_null(l->held);
+	/* B's flush fails and the cache, W's data in it, is gone. */
+	assert_int_equal(folio_mapping_write(b, p->other, 4096, 1u << 20),
+			 4096);
+	l->fail_next = true;
+	assert_int_equal(folio_mapping_sync(b, NULL), -EIO);
+	/* A settles the failure (Y becomes dirty), W still in flight. */
+	uint64_t flushes = atomic_load(&l->flushes);
+	folio_pool_shrink(pool, UINT64_MAX / 2);
+	assert_true(atomic_load(&l->flushes) > flushes);
+	folio_io_complete(l->held, 4096);
+	/* A cursor from now on has no error to see: a sync that returns 0
+	 * to it must have made W's data durable. */
+	folio_errseq_t cursor = folio_mapping_err_cursor(a);
+	assert_int_equal(folio_mapping_sync(a, &cursor), 0);
+	assert_memory_equal(l->durable, p->data, 4096);
+	assert_memory_equal(l->durable + 256 * KIB, p->other, 4096);
+	assert_int_equal(folio_mapping_sync(b, NULL), 0);
+	assert_int_equal(folio_mapping_free(a), 0);
+	assert_int_equal(folio_pool_free(pool), 0);
+	lossy_pair_free(p);
+}
+
+/*
+ * A sync's durable write appends a block; the engine writes it (the store
+ * grows) and only the barrier fails, as a FUA write that failed after the
+ * device took it would. The sync fails and the block is dirty again. A
+ * discard of the appended block then moves EOF back, but never below the
+ * store's size: the mapping counted the bytes the store holds
+ * (folio_io_complete_durable()). Before, it counted nothing of a failed
+ * durable write, EOF went back to 0 and the store kept 12 KiB that the
+ * mapping no longer knew of (fuzz known bug e).
+ */
+static void test_barrier_failure_after_write_keeps_store_size(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	assert_int_equal(folio_engine_mem(&e, 1u << 20), 0);
+	struct folio_mapping *m = new_mapping(e, 64 * KIB, 0);
+	unsigned char data[4096];
+	pattern(data, sizeof(data), 7);
+	assert_int_equal(folio_mapping_write(m, data, sizeof(data), 8192),
+			 sizeof(data));
+	struct folio_mem_fault fault = {.sz = sizeof(fault),
+					.ops = FOLIO_MEM_OP_FLUSH,
+					.count = 1,
+					.error = -ENOSPC};
+	assert_int_equal(folio_engine_mem_inject(e, &fault), 0);
+	assert_int_equal(folio_mapping_sync(m, NULL), -ENOSPC);
+	struct folio_mem_stats st = test_mem_stats(e);
+	assert_int_equal(st.durable_writes, 1);
+	assert_int_equal(st.size, 12288);
+	assert_true(test_mapping_stats(m).dirty_bytes >= sizeof(data));
+
+	assert_int_equal(folio_mapping_invalidate(m, 8192, 0,
+						  FOLIO_INVALIDATE_DISCARD),
+			 0);
+	assert_int_equal(folio_mapping_size(m), 12288);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(test_mem_stats(e).size, 12288);
+	assert_int_equal(test_mem_stats(e).durable_size, 12288);
+	test_close(m, e);
+}
+
 struct barrier_sync {
 	struct lossy *l;
 	struct folio_mapping *m;
@@ -1052,6 +1151,9 @@ int main(void)
 		cmocka_unit_test(test_sync_threads_faults),
 		cmocka_unit_test(test_failed_flush_of_other_mapping),
 		cmocka_unit_test(test_failed_barrier_of_other_mapping),
+		cmocka_unit_test(test_write_in_flight_across_settled_failure),
+		cmocka_unit_test(
+			test_barrier_failure_after_write_keeps_store_size),
 		cmocka_unit_test(test_barrier_during_failing_flush),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

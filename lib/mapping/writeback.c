@@ -86,7 +86,9 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 	 * may have dropped what the write put in the store, before or
 	 * after the failed flush settled this mapping's unstable blocks
 	 * (marking first and looking after closes the gap: the failed
-	 * flush counts before it settles). */
+	 * flush counts before it settles). Dirty now, the next sync writes
+	 * it; left unstable, a later flush would find it lost only after
+	 * that sync's pass (test_write_in_flight_across_settled_failure). */
 	if (good && !drop &&
 	    atomic_load(&m->engine->flush_failures) != io->flush_failures) {
 		for (unsigned i = 0; i < io->nsegs; i++)
