@@ -5,12 +5,12 @@
     check-layers.py selftest        the checker catches what it should
 
 Rules:
-  - every source file lives in a layer folder: base, alloc, bitmap, folio,
-    engine, mapping, pool (the top), or engines (the built-in engines,
-    plug-ins on the engine layer);
+  - every source file lives in a layer folder: base, alloc, bitmap and
+    index (side by side), folio, engine, mapping, pool (the top), or
+    engines (the built-in engines, plug-ins on the engine layer);
   - a file includes internal headers by layer path ("folio/folio.h"), from
     its own layer or one below it; mapping and engines are side by side
-    and never include each other; public headers ("folio_state.h",
+    and never include each other, and so are bitmap and index; public headers ("folio_state.h",
     "folio_state_mem.h") may be included anywhere;
   - the folio flag bits (FOLIO_F_*) are the folio layer's: the layers above
     go through its functions.
@@ -20,7 +20,7 @@ import re
 import sys
 import tempfile
 
-RANK = {'base': 0, 'alloc': 1, 'bitmap': 2, 'folio': 3, 'engine': 4,
+RANK = {'base': 0, 'alloc': 1, 'bitmap': 2, 'index': 2, 'folio': 3, 'engine': 4,
         'mapping': 5, 'engines': 5, 'pool': 6}
 PUBLIC = {'folio_state.h', 'folio_state_mem.h'}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -75,10 +75,13 @@ def selftest():
         'mapping/flags.c': 'int x = FOLIO_F_DIRTY;\n',
         'pool/ok.c': '#include "mapping/mapping.h"\n',
         'mapping/pool.c': '#include "pool/pool.h"\n',
+        'index/ok.c': '#include "base/epoch.h"\n#include "index/index.h"\n',
+        'index/side.c': '#include "bitmap/bitmap.h"\n',
+        'mapping/index.c': '#include "index/index.h"\n',
         'stray.c': '\n',
     }
     want = {'mapping/up.c', 'folio/up.c', 'engine/bare.c', 'alloc/up.c',
-            'mapping/flags.c', 'mapping/pool.c', 'stray.c'}
+            'mapping/flags.c', 'mapping/pool.c', 'index/side.c', 'stray.c'}
     with tempfile.TemporaryDirectory() as d:
         for rel, text in cases.items():
             os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)

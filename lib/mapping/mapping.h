@@ -52,7 +52,7 @@
 
 #include "base/brlock.h"
 #include "base/spinlock.h"
-#include "mapping/index.h"
+#include "index/index.h"
 #include "engine/engine.h"
 #include "folio/folio.h"
 
