@@ -21,7 +21,12 @@
  * Threads that arrive while a flush runs wait for it and share the next
  * one (a group commit), so concurrent syncs cost few flushes.
  */
-#include "mapping/mapping.h"
+#include "mapping/cache.h"
+#include "mapping/commit.h"
+#include "mapping/errseq.h"
+#include "mapping/request.h"
+#include "mapping/tags.h"
+#include "mapping/wait.h"
 
 int mapping_commit_init(struct folio_mapping *m)
 {

@@ -4,7 +4,7 @@
  * cursor reports the latest error once when it sees the sequence moved
  * (Linux's errseq_t). Several errors between two looks are one report.
  */
-#include "mapping/mapping.h"
+#include "mapping/errseq.h"
 
 void errseq_report_again(struct folio_mapping *m, int err)
 {

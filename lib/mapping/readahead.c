@@ -39,7 +39,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "mapping/mapping.h"
+#include "mapping/fill.h"
+#include "mapping/lookup.h"
+#include "mapping/readahead.h"
+#include "mapping/request.h"
 
 #define RA_INITIAL_FACTOR 4u
 #define RA_INITIAL_MIN ((uint64_t)128 << 10)

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mapping/mapping.h"
+#include "mapping/request.h"
 
 int mapping_map_extent(struct folio_mapping *m, struct map_cache *mc,
 		       uint64_t pos, uint64_t len, uint64_t *dev,

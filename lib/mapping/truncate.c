@@ -6,7 +6,12 @@
  */
 #include <string.h>
 
-#include "mapping/mapping.h"
+#include "mapping/cache.h"
+#include "mapping/commit.h"
+#include "mapping/readahead.h"
+#include "mapping/remove.h"
+#include "mapping/tags.h"
+#include "mapping/wait.h"
 
 /* Forget the dirty and unstable state of the blocks wholly inside
  * [off, off+len) of f (their data is gone), keeping the cache's counts. */

@@ -15,7 +15,13 @@
 #include <string.h>
 
 #include "base/futex.h"
-#include "mapping/mapping.h"
+#include "mapping/cache.h"
+#include "mapping/commit.h"
+#include "mapping/errseq.h"
+#include "mapping/request.h"
+#include "mapping/tags.h"
+#include "mapping/wait.h"
+#include "mapping/writeback.h"
 
 #define MAX_SEGMENTS_LIMIT 1024u
 /* Runs taken from a folio per lock round trip. */

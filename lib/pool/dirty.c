@@ -20,6 +20,12 @@
 #include <time.h>
 
 #include "pool/pool.h"
+#include "mapping/cache.h"
+#include "mapping/commit.h"
+#include "mapping/request.h"
+#include "mapping/tags.h"
+#include "mapping/wait.h"
+#include "mapping/writeback.h"
 
 /* What one flusher step writes: one default request. */
 #define FLUSH_CHUNK ((uint64_t)RQ_DEFAULT_MAX_BYTES)

@@ -8,6 +8,9 @@
 
 #include "alloc/alloc.h"
 #include "pool/pool.h"
+#include "mapping/cache.h"
+#include "mapping/request.h"
+#include "mapping/tags.h"
 
 #define DEFAULT_EXPIRE_MS 30000u
 #define KNOWN_FLAGS 0u

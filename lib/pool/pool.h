@@ -23,7 +23,7 @@
 
 #include <pthread.h>
 
-#include "mapping/mapping.h"
+#include "mapping/cache.h"
 
 /* Node 0 is "none"; nodes 1 and 2 are the heads of the small and main
  * queues (circular lists), so linking never tests for an empty list. */
