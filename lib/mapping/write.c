@@ -241,10 +241,13 @@ static inline bool continues_last_write(const struct folio_mapping *m,
  * Returns the bytes copied; the caller writes the rest the ordinary way.
  * Whole-folio tracking (edges always read) and stable writes (waits for
  * writeback) take the ordinary path. Caller holds io_lock shared. The
- * read fast path (read.c) is the same loop copying the other way.
+ * read fast path (read.c) is the same loop copying the other way. Always
+ * inlined, like it: left to the heuristics, the compiler spills the
+ * caller's arguments on every write.
  */
-static size_t write_cached(struct folio_mapping *m, const unsigned char *src,
-			   size_t len, uint64_t pos)
+static inline __attribute__((always_inline)) size_t
+write_cached(struct folio_mapping *m, const unsigned char *src, size_t len,
+	     uint64_t pos)
 {
 	if (m->flags & (FOLIO_MAPPING_FOLIO_DIRTY | FOLIO_MAPPING_STABLE_WRITES))
 		return 0;
