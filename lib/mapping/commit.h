@@ -85,7 +85,8 @@ static inline uint64_t mapping_unstable_epoch(struct folio_mapping *m,
 {
 	if (io->base.io.flags & FOLIO_IO_DURABLE)
 		return mapping_durable_epoch(m, io, result);
-	return atomic_load_explicit(&m->flush_epoch, memory_order_acquire);
+	return atomic_load_explicit(&m->commit.flush_epoch,
+				    memory_order_acquire);
 }
 
 #endif

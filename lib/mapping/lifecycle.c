@@ -88,13 +88,13 @@ int folio_mapping_new(struct folio_mapping **out,
 	m->min_shift = ilog2_u64(min);
 	m->max_shift = ilog2_u64(max);
 	m->flags = opts->flags;
-	atomic_init(&m->size, opts->size);
-	atomic_init(&m->stale_from, UINT64_MAX);
-	atomic_init(&m->backing_size, opts->size);
-	atomic_init(&m->flush_epoch, 1);
-	m->failures_seen = atomic_load(&opts->engine->flush_failures);
+	atomic_init(&m->size.eof, opts->size);
+	atomic_init(&m->size.stale_from, UINT64_MAX);
+	atomic_init(&m->size.backing, opts->size);
+	atomic_init(&m->commit.flush_epoch, 1);
+	m->commit.failures_seen = atomic_load(&opts->engine->flush_failures);
 	m->id = atomic_fetch_add(&next_mapping_id, 1);
-	atomic_init(&m->dirty_since, 0);
+	atomic_init(&m->in_cache.dirty_since, 0);
 	if (cache) {
 		/* The geometry is known now, which is what the pool checks
 		 * against its budget. */
@@ -137,7 +137,7 @@ static bool mapping_busy(struct folio_mapping *m)
 	 * then call free) before the completion frees its request and drops
 	 * wb_inflight. It touches the mapping until then and is about to
 	 * finish, so wait rather than fail. */
-	while (atomic_load(&m->wb_inflight))
+	while (atomic_load(&m->wb.inflight))
 		sched_yield();
 	return false;
 }
@@ -197,14 +197,14 @@ int64_t folio_mapping_size(const struct folio_mapping *m)
 {
 	if (!m)
 		return -EINVAL;
-	return (int64_t)atomic_load(&((struct folio_mapping *)m)->size);
+	return (int64_t)atomic_load(&((struct folio_mapping *)m)->size.eof);
 }
 
 void mapping_raise_eof(struct folio_mapping *m, uint64_t end)
 {
-	uint64_t cur = atomic_load_explicit(&m->size, memory_order_relaxed);
+	uint64_t cur = atomic_load_explicit(&m->size.eof, memory_order_relaxed);
 	while (cur < end &&
-	       !atomic_compare_exchange_weak_explicit(&m->size, &cur, end,
+	       !atomic_compare_exchange_weak_explicit(&m->size.eof, &cur, end,
 						      memory_order_release,
 						      memory_order_relaxed))
 		;

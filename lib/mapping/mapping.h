@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The mapping (the cache of one object) as seen by its modules:
- * mapping.c (life cycle, folio lookup/creation, tags, stats), rw.c (buffered
- * read and write), readahead.c (sequential stream detection and reads
- * started without waiting), truncate.c (truncate, invalidate), request.c (building
- * engine requests), writeback.c, commit.c (flushes and unstable data) and
- * errseq.c (error reporting).
+ * The mapping (the cache of one object): struct folio_mapping, the rules
+ * of its locks, and inlines on its fields. Each module of the layer has
+ * its own header for its interface: cache.h (the cache a mapping may
+ * belong to, and accounting), lookup.h (finding and creating folios, the
+ * per-thread hint), tags.h (index iteration and tags), remove.h (removal
+ * and reclaim), wait.h (lock and writeback waits), fill.h (read requests
+ * filling folios), request.h (building engine requests), readahead.h,
+ * writeback.h, commit.h (flushes and unstable data) and errseq.h. The
+ * public calls are in lifecycle.c, lookup.c, read.c, write.c,
+ * readahead.c, truncate.c, writeback.c, errseq.c and stats.c.
  *
  * Lock order, outermost first:
  *   io_lock (brlock: shared for read/write/writeback, exclusive for
@@ -78,63 +82,92 @@ struct mapping_ra_stream {
 	bool live;
 };
 
+/* Lock: `lock` guards the streams and the clock; `inflight` is an atomic
+ * count, `max` is fixed at creation (doc/design.md, "Concurrency"). */
 struct mapping_ra {
+	/* Readahead batches whose requests are in flight: free, truncate
+	 * and invalidate wait for them (readahead.c). */
+	atomic_uint inflight;
+	uint64_t max; /* largest window, bytes */
 	spinlock_t lock;
 	uint64_t clock;
 	struct mapping_ra_stream s[MAPPING_RA_STREAMS];
 };
 
+/*
+ * Each group of fields names the lock or rule that guards it; the lock
+ * order and what each lock protects are in the comment above and in
+ * doc/design.md, "Concurrency".
+ */
 struct folio_mapping {
+	/* Fixed at creation: read with no lock. */
 	struct folio_engine *engine;
 	unsigned block_shift;
 	unsigned min_shift; /* index key = pos >> min_shift */
 	unsigned max_shift;
 	unsigned flags;
-
-	struct brlock io_lock;
-	pthread_rwlock_t index_lock;
-	struct index_tree index;
-
-	_Atomic uint64_t size; /* EOF */
-	/* Store bytes from here on cannot be trusted: a failed flush lost
-	 * a truncate and redoing it failed too, so the store may still
-	 * hold what the truncate cut. Reads zero-fill there (what the
-	 * object holds there that the store lacks is all cached, dirty)
-	 * until a redo succeeds. UINT64_MAX: the store is good. */
-	_Atomic uint64_t stale_from;
-	/* The backing object's size as far as this mapping knows: the size
-	 * it was opened with, raised by completed writes, set by truncate.
-	 * Where an invalidated tail leaves EOF (truncate.c). */
-	_Atomic uint64_t backing_size;
-
 	/* Unique per mapping ever created: a thread's lookup hint names
 	 * the mapping by it, so a hint is never taken for a later mapping
 	 * at the same address. */
 	uint64_t id;
-
-	/* The cache this mapping belongs to (NULL: unbounded), the cache's
-	 * own per-mapping state, and when the mapping last went from clean
-	 * to dirty (CLOCK_MONOTONIC ns; 0: clean, as far as the cache's
-	 * flushers know). */
+	/* The cache this mapping belongs to (NULL: unbounded). */
 	struct mapping_cache *cache;
-	void *cache_member;
-	_Atomic uint64_t dirty_since;
 
-	/* Error sequence (writeback.c): the low bit says "seen", the rest
-	 * counts errors; the errno of the latest error is kept beside it. */
-	_Atomic uint64_t errseq;
-	atomic_int last_error;
+	/* The mapping's locks, and the index that index_lock guards
+	 * (single-folio lookups walk it lock-free, see above). */
+	struct brlock io_lock;
+	pthread_rwlock_t index_lock;
+	struct index_tree index;
 
-	/* For folio_mapping_sync(m, NULL), from any number of threads. */
-	_Atomic folio_errseq_t own_cursor;
-
-	/* Flushes (commit.c). A write completing in epoch E is covered by a
-	 * flush that starts after the epoch moved past E. */
-	_Atomic uint64_t flush_epoch;
-	/* The engine's flush_failures as of this mapping's last settled
-	 * flush (commit.lock held while a flush runs). */
-	uint64_t failures_seen;
+	/* Sizes: atomics. Writers raise EOF with a CAS under io_lock
+	 * shared; truncate and invalidate set them under io_lock
+	 * exclusive; completions raise `backing` with a CAS. */
 	struct {
+		_Atomic uint64_t eof;
+		/* Store bytes from here on cannot be trusted: a failed
+		 * flush lost a truncate and redoing it failed too, so the
+		 * store may still hold what the truncate cut. Reads
+		 * zero-fill there (what the object holds there that the
+		 * store lacks is all cached, dirty) until a redo succeeds.
+		 * UINT64_MAX: the store is good. */
+		_Atomic uint64_t stale_from;
+		/* The backing object's size as far as this mapping knows:
+		 * the size it was opened with, raised by completed writes,
+		 * set by truncate. Where an invalidated tail leaves EOF
+		 * (truncate.c). */
+		_Atomic uint64_t backing;
+	} size;
+
+	/* Membership of the cache: `member` is the cache's own state, under
+	 * the cache's locks (lib/pool/); `dirty_since` (atomic, CAS from 0)
+	 * is when the mapping last went from clean to dirty
+	 * (CLOCK_MONOTONIC ns; 0: clean, as far as the cache's flushers
+	 * know). */
+	struct {
+		void *member;
+		_Atomic uint64_t dirty_since;
+	} in_cache;
+
+	/* Error sequence (errseq.c): atomics, no lock. `seq`'s low bit
+	 * says "seen", the rest counts errors; the errno of the latest
+	 * error is kept beside it; `own_cursor` serves
+	 * folio_mapping_sync(m, NULL) from any number of threads. */
+	struct {
+		_Atomic uint64_t seq;
+		atomic_int last_error;
+		_Atomic folio_errseq_t own_cursor;
+	} err;
+
+	/* Flushes (commit.c). Lock: commit.lock, a leaf, for every plain
+	 * field; the atomics are read without it. */
+	struct {
+		/* A write completing in epoch E is covered by a flush that
+		 * starts after the epoch moved past E. Moved on under
+		 * `lock`, read by completions without it. */
+		_Atomic uint64_t flush_epoch;
+		/* The engine's flush_failures as of this mapping's last
+		 * settled flush (held while a flush runs). */
+		uint64_t failures_seen;
 		pthread_mutex_t lock;
 		pthread_cond_t done_cond;
 		bool running;
@@ -157,31 +190,35 @@ struct folio_mapping {
 		atomic_bool durable_failed; /* the request itself failed */
 	} commit;
 
-	/* Write requests in flight: free refuses while there are any. */
-	atomic_uint wb_inflight;
-	/* Readahead batches whose requests are in flight: free, truncate
-	 * and invalidate wait for them (readahead.c). */
-	atomic_uint ra_inflight;
-	uint64_t ra_max; /* largest window, bytes */
+	/* Writeback (writeback.c): atomics, no lock. */
+	struct {
+		/* Write requests in flight: free refuses while there are
+		 * any. */
+		atomic_uint inflight;
+		/* Completed writes whose bytes were put back dirty without
+		 * an error of their own: the rest of a short write, and a
+		 * write a failed flush may have dropped while it was in
+		 * flight. A sync repeats its pass while this moves: such a
+		 * block may go dirty while the sync waits for it, after its
+		 * pass went by, and no error in the sequence tells the sync
+		 * (the failed flush recorded its own before), so it would
+		 * report success for a block it never wrote. */
+		_Atomic uint64_t rewrites;
+	} wb;
+
+	/* Readahead (readahead.c): see struct mapping_ra for its lock. */
 	struct mapping_ra ra;
-	/* Completed writes whose bytes were put back dirty without an error
-	 * of their own: the rest of a short write, and a write a failed
-	 * flush may have dropped while it was in flight. A sync repeats its
-	 * pass while this moves: such a block may go dirty while the sync
-	 * waits for it, after its pass went by, and no error in the
-	 * sequence tells the sync (the failed flush recorded its own
-	 * before), so it would report success for a block it never wrote. */
-	_Atomic uint64_t rewrites;
 
-	/* Bytes the callers wrote and read, counted on every call: striped
-	 * per thread like io_lock, so threads on disjoint folios do not
-	 * share a written cache line. */
+	/* Statistics (folio_mapping_stats(), stats.c): relaxed atomics, no
+	 * lock. */
 	struct {
-		_Alignas(BRLOCK_LINE) _Atomic uint64_t written;
-		_Atomic uint64_t read;
-	} io_bytes[BRLOCK_STRIPES];
-
-	struct {
+		/* Bytes the callers wrote and read, counted on every call:
+		 * striped per thread like io_lock, so threads on disjoint
+		 * folios do not share a written cache line. */
+		struct {
+			_Alignas(BRLOCK_LINE) _Atomic uint64_t written;
+			_Atomic uint64_t read;
+		} io_bytes[BRLOCK_STRIPES];
 		_Atomic uint64_t read_requests, read_bytes;
 		_Atomic uint64_t wb_requests, wb_bytes, wb_merges;
 		_Atomic uint64_t map_calls, retries, errors, flushes;
@@ -209,7 +246,7 @@ static inline unsigned mapping_folio_order(const struct folio_mapping *m,
 
 static inline uint64_t mapping_eof(struct folio_mapping *m)
 {
-	return atomic_load_explicit(&m->size, memory_order_acquire);
+	return atomic_load_explicit(&m->size.eof, memory_order_acquire);
 }
 
 /* Where reads stop taking bytes from the store and zero-fill: EOF, or
@@ -217,7 +254,8 @@ static inline uint64_t mapping_eof(struct folio_mapping *m)
 static inline uint64_t mapping_read_end(struct folio_mapping *m)
 {
 	return MIN(mapping_eof(m),
-		   atomic_load_explicit(&m->stale_from, memory_order_acquire));
+		   atomic_load_explicit(&m->size.stale_from,
+					memory_order_acquire));
 }
 
 /* mapping_grow_eof() once EOF was seen below `end`. */
@@ -227,7 +265,7 @@ void mapping_raise_eof(struct folio_mapping *m, uint64_t end);
  * Inline: a write inside the object, the common case, only loads. */
 static inline void mapping_grow_eof(struct folio_mapping *m, uint64_t end)
 {
-	if (atomic_load_explicit(&m->size, memory_order_relaxed) < end)
+	if (atomic_load_explicit(&m->size.eof, memory_order_relaxed) < end)
 		mapping_raise_eof(m, end);
 }
 

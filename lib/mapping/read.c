@@ -153,6 +153,6 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 	}
 	brlock_read_unlock(&m->io_lock);
 	mapping_cache_credit_return(m, &credit);
-	stat_add(&m->io_bytes[brlock_thread_stripe()].read, done);
+	stat_add(&m->stats.io_bytes[brlock_thread_stripe()].read, done);
 	return done ? (ssize_t)done : err;
 }

@@ -19,8 +19,8 @@ int folio_mapping_stats(struct folio_mapping *m,
 	s.sz = st->sz;
 #define LOAD(field) s.field = atomic_load(&m->stats.field)
 	for (unsigned i = 0; i < BRLOCK_STRIPES; i++) {
-		s.bytes_written += atomic_load(&m->io_bytes[i].written);
-		s.bytes_read += atomic_load(&m->io_bytes[i].read);
+		s.bytes_written += atomic_load(&m->stats.io_bytes[i].written);
+		s.bytes_read += atomic_load(&m->stats.io_bytes[i].read);
 	}
 	LOAD(read_requests);
 	LOAD(read_bytes);

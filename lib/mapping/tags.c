@@ -110,10 +110,10 @@ void mapping_tag_dirty(struct folio_mapping *m, struct folio *f)
 	mapping_tag_set(m, f, INDEX_TAG_DIRTY);
 	/* The age of the mapping's dirty data, for the cache's expiry:
 	 * only the clean-to-dirty transition of the mapping sets it. */
-	if (m->cache && !atomic_load_explicit(&m->dirty_since,
+	if (m->cache && !atomic_load_explicit(&m->in_cache.dirty_since,
 					      memory_order_relaxed)) {
 		uint64_t zero = 0;
-		atomic_compare_exchange_strong(&m->dirty_since, &zero,
+		atomic_compare_exchange_strong(&m->in_cache.dirty_since, &zero,
 					       now_ns());
 	}
 }

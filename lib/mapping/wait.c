@@ -31,7 +31,7 @@ void mapping_lock_folio(struct folio_mapping *m, struct folio *f)
 	 * read, and it counts itself in ra_inflight before it locks any:
 	 * a holder seen while that is 0 unlocks on its own. */
 	while (!folio_lock_nowait(f)) {
-		if (m->engine->ops.wait && atomic_load(&m->ra_inflight)) {
+		if (m->engine->ops.wait && atomic_load(&m->ra.inflight)) {
 			struct lock_wait w = {f, false};
 			(void)engine_wait_until(m->engine, lock_taken,
 						lock_sleep, &w);

@@ -361,7 +361,7 @@ ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
 	brlock_read_unlock_at(&m->io_lock, stripe);
 	size_t done = ret > 0 ? (size_t)ret : 0;
 	/* Once per call, as a read counts what it returned. */
-	stat_add(&m->io_bytes[stripe].written, done);
+	stat_add(&m->stats.io_bytes[stripe].written, done);
 	last_write.mapping_id = m->id;
 	last_write.end = pos + done;
 	if (over_dirty_limit(m))
@@ -440,7 +440,7 @@ ssize_t folio_mapping_write_end(struct folio_mapping *m, struct folio *f,
 		end = MAX(off, end & ~mask);
 	if (end > off) {
 		commit_write(m, f, pos, end - off);
-		stat_add(&m->io_bytes[brlock_thread_stripe()].written,
+		stat_add(&m->stats.io_bytes[brlock_thread_stripe()].written,
 			 end - off);
 	}
 	folio_unlock(f); /* clears WRITE_BEGIN with LOCKED */

@@ -216,7 +216,7 @@ static int pool_op_attach(struct mapping_cache *c, struct folio_mapping *m)
 	if (!mb)
 		return -ENOMEM;
 	mb->m = m;
-	m->cache_member = mb;
+	m->in_cache.member = mb;
 	pthread_mutex_lock(&p->lock);
 	mb->next = &p->members;
 	mb->prev = p->members.prev;
@@ -256,7 +256,7 @@ static void pool_op_detach(struct mapping_cache *c, struct folio_mapping *m)
 	mb->next->prev = mb->prev;
 	p->nmembers--;
 	pthread_mutex_unlock(&p->lock);
-	m->cache_member = NULL;
+	m->in_cache.member = NULL;
 	free(mb);
 }
 

@@ -134,7 +134,7 @@ static inline struct folio_pool *pool_of(struct mapping_cache *c)
 
 static inline struct pool_member *member_of(struct folio_mapping *m)
 {
-	return m->cache_member;
+	return m->in_cache.member;
 }
 
 uint64_t pool_now_ns(void);
