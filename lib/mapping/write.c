@@ -221,17 +221,6 @@ static inline bool continues_last_write(const struct folio_mapping *m,
 }
 
 /*
- * The fast paths of read and write: copy [pos, pos+len) out of (or, with
- * `write`, into) cached folios that are uptodate over the part wanted, in
- * order, each under a tried folio lock (atomic per folio against writes,
- * safe against reclaim and truncate), until a folio is missing, busy or
- * not uptodate there: no request, no io_group, no engine. Returns the
- * bytes copied; the caller does the rest the ordinary way, which waits
- * for busy folios. Caller holds io_lock shared; a read has clamped len
- * to EOF. Inlined into each caller so that `write` costs no branch.
- */
-
-/*
  * The write fast path: overwrites of cached folios that are uptodate over
  * the bytes they change, so there is no folio to create and no edge
  * block to read. Copies [pos, pos+len) into such folios, in order, each
