@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Micro-benchmark of the radix tree index (lib/mapping/index.c).
+ * Micro-benchmark of the radix tree index (lib/index/index.c).
  *
  * Usage: index-bench [entries] (default 1000000)
  *
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "mapping/index.h"
+#include "index/index.h"
 
 #define TAGGED 1000u
 

@@ -5,30 +5,75 @@
     check-layers.py selftest        the checker catches what it should
 
 Rules:
-  - every source file lives in a layer folder: base, alloc, bitmap, folio,
-    engine, mapping, pool (the top), or engines (the built-in engines,
-    plug-ins on the engine layer);
+  - every source file lives in a layer folder: base, alloc, bitmap and
+    index (side by side), folio, engine, mapping, pool (the top), or
+    engines (the built-in engines, plug-ins on the engine layer);
   - a file includes internal headers by layer path ("folio/folio.h"), from
     its own layer or one below it; mapping and engines are side by side
-    and never include each other; public headers ("folio_state.h",
+    and never include each other, and so are bitmap and index; public headers ("folio_state.h",
     "folio_state_mem.h") may be included anywhere;
   - the folio flag bits (FOLIO_F_*) are the folio layer's: the layers above
-    go through its functions.
+    go through its functions;
+  - inside a layer folder, the modules (foo.c with foo.h) include each
+    other without a cycle: foo depends on bar when foo.c or foo.h
+    includes "layer/bar.h", and no chain of such dependencies leads back
+    to where it started;
+  - an internal header stays under HEADER_MAX lines (one module's
+    interface; a longer one is a module to split), but for the few in
+    LARGE, whose one module's interface is that long.
 """
 import os
 import re
 import sys
 import tempfile
 
-RANK = {'base': 0, 'alloc': 1, 'bitmap': 2, 'folio': 3, 'engine': 4,
+RANK = {'base': 0, 'alloc': 1, 'bitmap': 2, 'index': 2, 'folio': 3, 'engine': 4,
         'mapping': 5, 'engines': 5, 'pool': 6}
 PUBLIC = {'folio_state.h', 'folio_state_mem.h'}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 FLAG = re.compile(r'\bFOLIO_F_[A-Z_]+\b')
+HEADER_MAX = 300
+# Headers allowed past HEADER_MAX: each is one module's interface, the
+# length is its documentation.
+LARGE = {'folio/folio.h', 'index/index.h'}
+
+
+def module_cycles(layer, deps):
+    """Cycles of the module graph of one layer folder (deps: module ->
+    modules it includes), each as a sorted list of module names: the
+    strongly connected components of more than one module."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(deps.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(deps):
+        if v not in index:
+            visit(v)
+    return out
 
 
 def check(libdir):
     errors = []
+    deps = {}  # layer -> module -> modules of the same layer it includes
     for root, _, files in os.walk(libdir):
         for name in sorted(files):
             if not name.endswith(('.c', '.h')):
@@ -41,6 +86,13 @@ def check(libdir):
                               f'({", ".join(sorted(RANK))})')
                 continue
             text = open(path, encoding='utf-8').read()
+            module = os.path.splitext(name)[0]
+            mine = deps.setdefault(layer, {}).setdefault(module, set())
+            lines = text.count('\n')
+            if (name.endswith('.h') and lines > HEADER_MAX and
+                    rel.replace(os.sep, '/') not in LARGE):
+                errors.append(f'{rel}: {lines} lines, over {HEADER_MAX}: '
+                              f'split it by module')
             for m in INCLUDE.finditer(text):
                 inc = m.group(1)
                 line = text.count('\n', 0, m.start()) + 1
@@ -54,11 +106,19 @@ def check(libdir):
                     errors.append(f'{rel}:{line}: layer {layer} includes '
                                   f'"{inc}" of layer {target}, which is '
                                   f'not below it')
+                elif target == layer and inc.endswith('.h'):
+                    dep = os.path.splitext(inc.split('/', 1)[1])[0]
+                    if dep != module:
+                        mine.add(dep)
             if layer != 'folio':
                 for m in FLAG.finditer(text):
                     line = text.count('\n', 0, m.start()) + 1
                     errors.append(f'{rel}:{line}: uses folio flag bit '
                                   f'{m.group(0)} outside lib/folio/')
+    for layer in sorted(deps):
+        for cycle in module_cycles(layer, deps[layer]):
+            errors.append(f'{layer}/{cycle[0]}: include cycle among '
+                          f'{", ".join(f"{layer}/{c}" for c in cycle)}')
     return errors
 
 
@@ -75,10 +135,26 @@ def selftest():
         'mapping/flags.c': 'int x = FOLIO_F_DIRTY;\n',
         'pool/ok.c': '#include "mapping/mapping.h"\n',
         'mapping/pool.c': '#include "pool/pool.h"\n',
+        'index/ok.c': '#include "base/epoch.h"\n#include "index/index.h"\n',
+        'index/side.c': '#include "bitmap/bitmap.h"\n',
+        'mapping/index.c': '#include "index/index.h"\n',
         'stray.c': '\n',
+        # a -> b -> c -> a through .c and .h files: one cycle, reported
+        # once under its first module; d only depends on it.
+        'engine/a.c': '#include "engine/a.h"\n#include "engine/b.h"\n',
+        'engine/a.h': '\n',
+        'engine/b.h': '#include "engine/c.h"\n',
+        'engine/c.c': '#include "engine/a.h"\n',
+        'engine/d.c': '#include "engine/a.h"\n',
+        # a header including itself is no cycle
+        'alloc/self.h': '#include "alloc/self.h"\n',
+        'pool/long.h': '/* */\n' * 301,
+        'pool/short.h': '/* */\n' * 300,
+        'folio/folio.h': '/* */\n' * 400,
     }
     want = {'mapping/up.c', 'folio/up.c', 'engine/bare.c', 'alloc/up.c',
-            'mapping/flags.c', 'mapping/pool.c', 'stray.c'}
+            'mapping/flags.c', 'mapping/pool.c', 'index/side.c', 'stray.c',
+            'engine/a', 'pool/long.h'}
     with tempfile.TemporaryDirectory() as d:
         for rel, text in cases.items():
             os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)

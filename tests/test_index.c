@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * White-box tests of lib/mapping/index.c.
+ * White-box tests of lib/index/index.c.
  *
  * The core is a randomized model test: a sorted array of (first, order,
  * entry, tags) records is the reference, and every index answer (insert
@@ -29,7 +29,7 @@
 
 #include <cmocka.h>
 
-#include "mapping/index.h"
+#include "index/index.h"
 #include "test_util.h"
 
 #define SPAN(order) (UINT64_C(1) << (order))

@@ -35,7 +35,8 @@
 
 #include "folio_state.h"
 #include "folio_state_mem.h"
-#include "mapping/mapping.h"
+#include "mapping/lookup.h"
+#include "mapping/tags.h"
 #include "test_util.h"
 
 #define THREADS 4

@@ -21,7 +21,12 @@
  * Threads that arrive while a flush runs wait for it and share the next
  * one (a group commit), so concurrent syncs cost few flushes.
  */
-#include "mapping/mapping.h"
+#include "mapping/cache.h"
+#include "mapping/commit.h"
+#include "mapping/errseq.h"
+#include "mapping/request.h"
+#include "mapping/tags.h"
+#include "mapping/wait.h"
 
 int mapping_commit_init(struct folio_mapping *m)
 {
@@ -115,7 +120,7 @@ void mapping_resize_unstable(struct folio_mapping *m, uint64_t size)
 	if (!m->commit.resize_pending || size < m->commit.resize_low)
 		m->commit.resize_low = size;
 	m->commit.resize_pending = true;
-	m->commit.resize_epoch = atomic_load(&m->flush_epoch);
+	m->commit.resize_epoch = atomic_load(&m->commit.flush_epoch);
 	pthread_mutex_unlock(&m->commit.lock);
 }
 
@@ -163,22 +168,22 @@ static int redo_resize_locked(struct folio_mapping *m)
 		uint64_t cut = MIN(low, eof);
 		r = engine_truncate(e, cut);
 		if (!r)
-			atomic_store(&m->backing_size, cut);
+			atomic_store(&m->size.backing, cut);
 		if (!r && low < eof) {
 			r = engine_truncate(e, eof);
 			/* The store has this size now: a discard reaching
 			 * EOF must not pull EOF below it (the redone cut is
 			 * not the store's end any more). */
 			if (!r)
-				atomic_store(&m->backing_size, eof);
+				atomic_store(&m->size.backing, eof);
 		}
 		/* io_lock held: no read is between its look at the limit
 		 * and its use of what it read. */
-		if (r && cut < atomic_load(&m->stale_from))
-			atomic_store(&m->stale_from, cut);
+		if (r && cut < atomic_load(&m->size.stale_from))
+			atomic_store(&m->size.stale_from, cut);
 	}
 	if (!r)
-		atomic_store(&m->stale_from, UINT64_MAX);
+		atomic_store(&m->size.stale_from, UINT64_MAX);
 	pthread_mutex_lock(&m->commit.lock);
 	m->commit.redo_owed = r != 0;
 	pthread_mutex_unlock(&m->commit.lock);
@@ -228,19 +233,19 @@ static void redo_after_failure(struct folio_mapping *m, bool *locked)
 static int settle_flush(struct folio_mapping *m, uint64_t epoch,
 			uint64_t failures, int r, bool recorded)
 {
-	if (!r && (failures != m->failures_seen ||
+	if (!r && (failures != m->commit.failures_seen ||
 		   atomic_load(&m->engine->flush_failures) != failures))
 		r = -EIO;
 	if (!r) {
 		resize_settled(m, epoch);
 		settle_unstable(m, epoch, failures, false);
-		m->failures_seen = failures;
+		m->commit.failures_seen = failures;
 		return 0;
 	}
 	/* Read before the walk: a failure after it may drop writes that
 	 * complete after the walk passed their folio. */
-	m->failures_seen = atomic_load(&m->engine->flush_failures);
-	settle_unstable(m, epoch, m->failures_seen, true);
+	m->commit.failures_seen = atomic_load(&m->engine->flush_failures);
+	settle_unstable(m, epoch, m->commit.failures_seen, true);
 	if (recorded)
 		errseq_report_again(m, r);
 	else
@@ -250,7 +255,7 @@ static int settle_flush(struct folio_mapping *m, uint64_t epoch,
 
 static int run_flush(struct folio_mapping *m)
 {
-	uint64_t epoch = atomic_fetch_add_explicit(&m->flush_epoch, 1,
+	uint64_t epoch = atomic_fetch_add_explicit(&m->commit.flush_epoch, 1,
 						   memory_order_acq_rel);
 	uint64_t failures = atomic_load(&m->engine->flush_failures);
 	bool redo = !(m->flags & FOLIO_MAPPING_DROP_ON_ERROR);
@@ -344,14 +349,14 @@ bool mapping_durable_begin(struct folio_mapping *m, struct mapping_durable *d)
 	 */
 	bool ok = !m->commit.running && !m->commit.resize_pending &&
 		  !m->commit.redo_owed &&
-		  m->failures_seen == atomic_load(&e->flush_failures);
+		  m->commit.failures_seen == atomic_load(&e->flush_failures);
 	if (ok) {
 		m->commit.running = true;
 		d->gen = ++m->commit.started;
 		/* As run_flush(): what completed before this point is
 		 * covered by the barrier, which the engine starts only
 		 * after the write (so after this) completed. */
-		d->epoch = atomic_fetch_add_explicit(&m->flush_epoch, 1,
+		d->epoch = atomic_fetch_add_explicit(&m->commit.flush_epoch, 1,
 						     memory_order_acq_rel);
 		d->failures = atomic_load(&e->flush_failures);
 		atomic_store(&m->commit.durable_epoch, d->epoch);
@@ -366,7 +371,7 @@ bool mapping_durable_begin(struct folio_mapping *m, struct mapping_durable *d)
 uint64_t mapping_durable_epoch(struct folio_mapping *m,
 			       const struct mapping_io *io, ssize_t result)
 {
-	uint64_t now = atomic_load_explicit(&m->flush_epoch,
+	uint64_t now = atomic_load_explicit(&m->commit.flush_epoch,
 					    memory_order_acquire);
 	struct folio_engine *e = m->engine;
 	int64_t outcome = DURABLE_PENDING;

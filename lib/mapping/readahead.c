@@ -39,7 +39,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "mapping/mapping.h"
+#include "mapping/fill.h"
+#include "mapping/lookup.h"
+#include "mapping/readahead.h"
+#include "mapping/request.h"
 
 #define RA_INITIAL_FACTOR 4u
 #define RA_INITIAL_MIN ((uint64_t)128 << 10)
@@ -63,11 +66,11 @@ void mapping_readahead_init(struct folio_mapping *m, uint64_t max)
 {
 	spin_init(&m->ra.lock);
 	uint64_t bmask = ((uint64_t)1 << m->block_shift) - 1;
-	m->ra_max = max;
+	m->ra.max = max;
 	if (m->cache && m->cache->readahead_max)
-		m->ra_max = MAX(MIN(max, m->cache->readahead_max) & ~bmask,
+		m->ra.max = MAX(MIN(max, m->cache->readahead_max) & ~bmask,
 				bmask + 1);
-	atomic_init(&m->ra_inflight, 0);
+	atomic_init(&m->ra.inflight, 0);
 }
 
 static void ra_finish(struct ra_batch *rb)
@@ -87,7 +90,7 @@ static void ra_finish(struct ra_batch *rb)
 	free(rb->folios);
 	free(rb);
 	/* The last touch of m: a drain may free it right after. */
-	atomic_fetch_sub(&m->ra_inflight, 1);
+	atomic_fetch_sub(&m->ra.inflight, 1);
 }
 
 static void ra_put(struct ra_batch *rb, int err)
@@ -157,7 +160,7 @@ static int ra_window(struct folio_mapping *m, uint64_t start, uint64_t end,
 	rb->m = m;
 	io_group_init(&rb->group);
 	/* Before any folio is locked: see mapping_lock_folio(). */
-	atomic_fetch_add(&m->ra_inflight, 1);
+	atomic_fetch_add(&m->ra.inflight, 1);
 	struct rq_builder b;
 	rqb_init(&b, m, FOLIO_IO_READ, &rb->group, ra_end_io);
 	b.keep = true;
@@ -239,7 +242,7 @@ static void ra_unlock_start(struct folio_mapping *m, uint64_t start,
 static uint64_t ra_initial(const struct folio_mapping *m, uint64_t stride)
 {
 	uint64_t size = MAX(stride * RA_INITIAL_FACTOR, RA_INITIAL_MIN);
-	return MIN(size, m->ra_max);
+	return MIN(size, m->ra.max);
 }
 
 /* Least recently used slot, a free one first. Caller holds the lock. */
@@ -322,7 +325,7 @@ void mapping_readahead_on_read(struct folio_mapping *m, uint64_t pos,
 	s->used = ++ra->clock;
 	if (s->seq >= RA_CONFIRM && pos + len > s->win_end) {
 		uint64_t last = s->win_end - s->win_start;
-		uint64_t size = last ? MIN(last * 2, m->ra_max)
+		uint64_t size = last ? MIN(last * 2, m->ra.max)
 				     : ra_initial(m, MAX(s->stride, len));
 		start = MAX(pos, s->win_end);
 		end = ra_set_window(s, start, size);
@@ -362,7 +365,7 @@ void mapping_readahead_reached(struct folio_mapping *m, struct folio *f)
 	struct mapping_ra_stream *s =
 		ra_owner(ra, f->pos, f->pos + folio_size(f));
 	if (s) {
-		uint64_t size = MIN((s->win_end - s->win_start) * 2, m->ra_max);
+		uint64_t size = MIN((s->win_end - s->win_start) * 2, m->ra.max);
 		start = s->win_end;
 		end = ra_set_window(s, start, size);
 	}
@@ -381,7 +384,7 @@ void mapping_readahead_forget(struct folio_mapping *m, struct folio *f)
 static bool ra_idle(void *arg)
 {
 	struct folio_mapping *m = arg;
-	return !atomic_load(&m->ra_inflight);
+	return !atomic_load(&m->ra.inflight);
 }
 
 /* Completions of a window touch no waiter, so a drain polls. */
@@ -394,7 +397,7 @@ static void ra_pause(void *arg, const struct timespec *t)
 
 void mapping_readahead_drain(struct folio_mapping *m)
 {
-	if (atomic_load(&m->ra_inflight))
+	if (atomic_load(&m->ra.inflight))
 		(void)engine_wait_until(m->engine, ra_idle, ra_pause, m);
 }
 
@@ -409,7 +412,7 @@ int folio_mapping_readahead(struct folio_mapping *m, uint64_t pos,
 	/* In pieces of the largest window: each batch holds its folios
 	 * locked only until its own requests complete. */
 	for (uint64_t p = pos; p < end;) {
-		uint64_t n = MIN(m->ra_max, end - p);
+		uint64_t n = MIN(m->ra.max, end - p);
 		bool cut;
 		int r = ra_window(m, p, p + n, UINT64_MAX, &cut);
 		if (p == pos)

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mapping/mapping.h"
+#include "mapping/request.h"
 
 int mapping_map_extent(struct folio_mapping *m, struct map_cache *mc,
 		       uint64_t pos, uint64_t len, uint64_t *dev,
@@ -193,7 +193,7 @@ void rqb_submit(struct rq_builder *b)
 	if (b->op == FOLIO_IO_WRITE) {
 		io->flush_failures =
 			atomic_load(&b->m->engine->flush_failures);
-		atomic_fetch_add(&b->m->wb_inflight, 1);
+		atomic_fetch_add(&b->m->wb.inflight, 1);
 		stat_add(&b->m->stats.wb_requests, 1);
 		stat_add(&b->m->stats.wb_bytes, io->base.io.len);
 	}

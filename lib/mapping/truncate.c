@@ -6,7 +6,12 @@
  */
 #include <string.h>
 
-#include "mapping/mapping.h"
+#include "mapping/cache.h"
+#include "mapping/commit.h"
+#include "mapping/readahead.h"
+#include "mapping/remove.h"
+#include "mapping/tags.h"
+#include "mapping/wait.h"
 
 /* Forget the dirty and unstable state of the blocks wholly inside
  * [off, off+len) of f (their data is gone), keeping the cache's counts. */
@@ -79,9 +84,9 @@ int folio_mapping_truncate(struct folio_mapping *m, uint64_t size)
 		/* Uptodate blocks past EOF always hold zeros (writes and
 		 * reads zero-fill there, shrinking zeroes), so growing needs
 		 * no memory work: the new space already reads as zeros. */
-		atomic_store(&m->size, size);
+		atomic_store(&m->size.eof, size);
 		if (size != old) {
-			atomic_store(&m->backing_size, size);
+			atomic_store(&m->size.backing, size);
 			mapping_resize_unstable(m, size);
 		}
 	}
@@ -100,7 +105,7 @@ static uint64_t eof_after_discard(struct folio_mapping *m, uint64_t pos)
 {
 	/* A write in flight below pos still moves the store's size. */
 	mapping_wait_range_writeback(m, 0, pos);
-	uint64_t backing = atomic_load(&m->backing_size);
+	uint64_t backing = atomic_load(&m->size.backing);
 	uint64_t data_end = 0;
 	if (backing < pos) {
 		uint64_t key = mapping_key(m, backing);
@@ -182,7 +187,7 @@ int folio_mapping_invalidate(struct folio_mapping *m, uint64_t pos,
 			 * beyond the store's end. Cut the cache as a shrink
 			 * would; the store needs no change. */
 			shrink_cache(m, new_eof);
-			atomic_store(&m->size, new_eof);
+			atomic_store(&m->size.eof, new_eof);
 		}
 	}
 	brlock_write_unlock(&m->io_lock);

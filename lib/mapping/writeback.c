@@ -15,7 +15,13 @@
 #include <string.h>
 
 #include "base/futex.h"
-#include "mapping/mapping.h"
+#include "mapping/cache.h"
+#include "mapping/commit.h"
+#include "mapping/errseq.h"
+#include "mapping/request.h"
+#include "mapping/tags.h"
+#include "mapping/wait.h"
+#include "mapping/writeback.h"
 
 #define MAX_SEGMENTS_LIMIT 1024u
 /* Runs taken from a folio per lock round trip. */
@@ -47,9 +53,9 @@ static void redirty(struct folio_mapping *m, struct folio *f, size_t off,
 
 static void backing_size_grow(struct folio_mapping *m, uint64_t end)
 {
-	uint64_t cur = atomic_load(&m->backing_size);
+	uint64_t cur = atomic_load(&m->size.backing);
 	while (cur < end &&
-	       !atomic_compare_exchange_weak(&m->backing_size, &cur, end))
+	       !atomic_compare_exchange_weak(&m->size.backing, &cur, end))
 		;
 }
 
@@ -93,7 +99,7 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 	    atomic_load(&m->engine->flush_failures) != io->flush_failures) {
 		for (unsigned i = 0; i < io->nsegs; i++)
 			mapping_unstable_lost(m, io->segs[i].folio);
-		atomic_fetch_add(&m->rewrites, 1);
+		atomic_fetch_add(&m->wb.rewrites, 1);
 	}
 	if (good)
 		backing_size_grow(m, io->base.io.pos + good);
@@ -101,7 +107,7 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 		errseq_record(m, err);
 	} else if (good < len) {
 		stat_add(&m->stats.retries, 1);
-		atomic_fetch_add(&m->rewrites, 1);
+		atomic_fetch_add(&m->wb.rewrites, 1);
 	}
 	mapping_cache_account(m, 0, -(int64_t)len, 0);
 	for (unsigned i = 0; i < io->nsegs; i++)
@@ -116,7 +122,7 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 	 * away) as soon as the group drops: touch nothing after that. */
 	struct io_group *group = io->group;
 	mapping_io_free(io);
-	atomic_fetch_sub(&m->wb_inflight, 1);
+	atomic_fetch_sub(&m->wb.inflight, 1);
 	if (group)
 		io_group_done(group, err);
 }
@@ -420,14 +426,14 @@ int64_t mapping_writeback_chunk(struct folio_mapping *m, uint64_t *cursor,
 }
 
 /* Passes a sync makes while completions keep putting bytes back
- * (m->rewrites). */
+ * (m->wb.rewrites). */
 #define SYNC_MAX_PASSES 16
 
 int folio_mapping_sync(struct folio_mapping *m, folio_errseq_t *cursor)
 {
 	if (!m)
 		return -EINVAL;
-	folio_errseq_t begin = atomic_load(&m->errseq);
+	folio_errseq_t begin = atomic_load(&m->err.seq);
 	struct wb_params p;
 	parse_opts(m, NULL, &p);
 	p.wait_busy = true;
@@ -438,10 +444,10 @@ int folio_mapping_sync(struct folio_mapping *m, folio_errseq_t *cursor)
 	p.durable = &d;
 
 	for (int pass = 0;; pass++) {
-		uint64_t rewrites = atomic_load(&m->rewrites);
+		uint64_t rewrites = atomic_load(&m->wb.rewrites);
 		writeback_pass(m, &p);
 		p.durable = NULL; /* one per sync: it holds the flush role */
-		if (atomic_load(&m->rewrites) == rewrites)
+		if (atomic_load(&m->wb.rewrites) == rewrites)
 			break;
 		if (pass + 1 == SYNC_MAX_PASSES) {
 			/* The engine keeps writing short, or flushes keep

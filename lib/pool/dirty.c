@@ -20,6 +20,12 @@
 #include <time.h>
 
 #include "pool/pool.h"
+#include "mapping/cache.h"
+#include "mapping/commit.h"
+#include "mapping/request.h"
+#include "mapping/tags.h"
+#include "mapping/wait.h"
+#include "mapping/writeback.h"
 
 /* What one flusher step writes: one default request. */
 #define FLUSH_CHUNK ((uint64_t)RQ_DEFAULT_MAX_BYTES)
@@ -102,8 +108,8 @@ static int by_dirty_age(const void *a, const void *b)
 	/* A member whose age is unknown (0) goes last. */
 	const struct pool_member *ma = *(struct pool_member *const *)a;
 	const struct pool_member *mb = *(struct pool_member *const *)b;
-	uint64_t x = atomic_load(&ma->m->dirty_since);
-	uint64_t y = atomic_load(&mb->m->dirty_since);
+	uint64_t x = atomic_load(&ma->m->in_cache.dirty_since);
+	uint64_t y = atomic_load(&mb->m->in_cache.dirty_since);
 	x = x ? x : UINT64_MAX;
 	y = y ? y : UINT64_MAX;
 	return x < y ? -1 : x > y;
@@ -272,7 +278,7 @@ static struct pool_member *flusher_pick(struct folio_pool *p, uint64_t now)
 	     mb = mb->next) {
 		if (mb->quiesced || mb->flushing)
 			continue;
-		uint64_t since = atomic_load(&mb->m->dirty_since);
+		uint64_t since = atomic_load(&mb->m->in_cache.dirty_since);
 		if (!since || (!background && now - since < p->expire_ns))
 			continue;
 		bool seen = mb->visited >= p->flush_round;
@@ -296,19 +302,20 @@ static struct pool_member *flusher_pick(struct folio_pool *p, uint64_t now)
  * looking at the tags again after clearing it keeps that data dated. */
 static void pass_done(struct folio_mapping *m, uint64_t pass_start)
 {
-	uint64_t since = atomic_load(&m->dirty_since);
+	uint64_t since = atomic_load(&m->in_cache.dirty_since);
 	if (mapping_any_tagged(m, INDEX_TAG_DIRTY)) {
 		/* Older data was written by this pass, unless a busy folio
 		 * was skipped: then it is dated as of the pass. */
 		if (since && since < pass_start)
-			atomic_compare_exchange_strong(&m->dirty_since, &since,
-						       pass_start);
+			atomic_compare_exchange_strong(
+				&m->in_cache.dirty_since, &since, pass_start);
 		return;
 	}
-	if (atomic_compare_exchange_strong(&m->dirty_since, &since, 0) &&
+	if (atomic_compare_exchange_strong(&m->in_cache.dirty_since, &since,
+					   0) &&
 	    mapping_any_tagged(m, INDEX_TAG_DIRTY)) {
 		uint64_t zero = 0;
-		atomic_compare_exchange_strong(&m->dirty_since, &zero,
+		atomic_compare_exchange_strong(&m->in_cache.dirty_since, &zero,
 					       pool_now_ns());
 	}
 }

@@ -8,6 +8,9 @@
 
 #include "alloc/alloc.h"
 #include "pool/pool.h"
+#include "mapping/cache.h"
+#include "mapping/request.h"
+#include "mapping/tags.h"
 
 #define DEFAULT_EXPIRE_MS 30000u
 #define KNOWN_FLAGS 0u
@@ -213,7 +216,7 @@ static int pool_op_attach(struct mapping_cache *c, struct folio_mapping *m)
 	if (!mb)
 		return -ENOMEM;
 	mb->m = m;
-	m->cache_member = mb;
+	m->in_cache.member = mb;
 	pthread_mutex_lock(&p->lock);
 	mb->next = &p->members;
 	mb->prev = p->members.prev;
@@ -253,7 +256,7 @@ static void pool_op_detach(struct mapping_cache *c, struct folio_mapping *m)
 	mb->next->prev = mb->prev;
 	p->nmembers--;
 	pthread_mutex_unlock(&p->lock);
-	m->cache_member = NULL;
+	m->in_cache.member = NULL;
 	free(mb);
 }
 

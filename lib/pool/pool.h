@@ -23,7 +23,7 @@
 
 #include <pthread.h>
 
-#include "mapping/mapping.h"
+#include "mapping/cache.h"
 
 /* Node 0 is "none"; nodes 1 and 2 are the heads of the small and main
  * queues (circular lists), so linking never tests for an empty list. */
@@ -134,7 +134,7 @@ static inline struct folio_pool *pool_of(struct mapping_cache *c)
 
 static inline struct pool_member *member_of(struct folio_mapping *m)
 {
-	return m->cache_member;
+	return m->in_cache.member;
 }
 
 uint64_t pool_now_ns(void);

@@ -30,6 +30,8 @@
 #include <string.h>
 
 #include "pool/pool.h"
+#include "mapping/cache.h"
+#include "mapping/remove.h"
 
 /* ---- nodes and queues (caller holds p->lock) ------------------------ */
 

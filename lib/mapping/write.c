@@ -1,138 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Buffered read and write, and the zero-copy write_begin/write_end pair.
+ * Buffered write, the zero-copy write_begin/write_end pair, and the
+ * throttling of writers of a cache over its dirty limits.
  */
 #include <limits.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "mapping/mapping.h"
-
-/* Folios one read locks and fills at once: bounds the folio array on the
- * stack while letting a large read become a few big engine requests. */
-#define READ_BATCH 64
-
-int mapping_read_result(struct mapping_io *io, ssize_t result)
-{
-	int err = 0;
-	if (result < 0)
-		err = (int)result;
-	else if ((size_t)result != io->base.io.len)
-		err = -EIO; /* engines zero-fill past EOF: short is broken */
-	io->result = err ? err : result;
-	if (err) {
-		stat_add(&io->m->stats.errors, 1);
-	} else {
-		stat_add(&io->m->stats.read_requests, 1);
-		stat_add(&io->m->stats.read_bytes, (uint64_t)result);
-	}
-	return err;
-}
-
-static void read_end_io(struct engine_io *rq, ssize_t result)
-{
-	struct mapping_io *io = container_of(rq, struct mapping_io, base);
-	io_group_done(io->group, mapping_read_result(io, result));
-}
-
-/* One piece of folio a finished read filled. */
-struct read_piece {
-	struct folio *folio;
-	size_t off, len;
-};
-
-static int piece_order(const void *a, const void *b)
-{
-	const struct read_piece *x = a, *y = b;
-	if (x->folio->pos != y->folio->pos)
-		return x->folio->pos < y->folio->pos ? -1 : 1;
-	return x->off < y->off ? -1 : x->off > y->off;
-}
-
-/*
- * Some request of the batch failed. A block may have been read in several
- * pieces (map() extents smaller than a block, or a run cut short by a map
- * error), so a piece that succeeded proves nothing about the rest of its
- * block: mark only the blocks that successful pieces cover wholly. Every
- * run a read queues starts and ends on block boundaries, so with no
- * failure this marks exactly what was read.
- */
-static void mark_read_blocks(struct mapping_io *list)
-{
-	size_t n = 0;
-	for (struct mapping_io *io = list; io; io = io->next)
-		if (io->result >= 0)
-			n += io->nsegs;
-	if (!n)
-		return;
-	struct read_piece *p = malloc(n * sizeof(*p));
-	if (!p)
-		return; /* marking nothing only costs a later re-read */
-	size_t k = 0;
-	for (struct mapping_io *io = list; io; io = io->next)
-		for (unsigned i = 0; io->result >= 0 && i < io->nsegs; i++)
-			p[k++] = (struct read_piece){io->segs[i].folio,
-						     io->segs[i].off,
-						     io->segs[i].len};
-	qsort(p, n, sizeof(*p), piece_order);
-	for (size_t i = 0; i < n;) {
-		struct read_piece run = p[i++];
-		while (i < n && p[i].folio == run.folio &&
-		       p[i].off == run.off + run.len)
-			run.len += p[i++].len;
-		size_t mask = folio_block_size(run.folio) - 1;
-		size_t a = (run.off + mask) & ~mask;
-		size_t z = (run.off + run.len) & ~mask;
-		if (a < z)
-			folio_set_uptodate(run.folio, a, z - a);
-	}
-	free(p);
-}
-
-/* Start a builder of reads that @g waits for and finish_reads() walks
- * afterwards (so it keeps them). */
-static void start_reads(struct folio_mapping *m, struct rq_builder *b,
-			struct io_group *g)
-{
-	io_group_init(g);
-	rqb_init(b, m, FOLIO_IO_READ, g, read_end_io);
-	b->keep = true;
-}
-
-void mapping_settle_reads(struct folio_mapping *m, struct mapping_io *list,
-			  uint64_t eof, bool mark, int err)
-{
-	for (struct mapping_io *io = list; io; io = io->next) {
-		for (unsigned i = 0; io->result >= 0 && i < io->nsegs; i++) {
-			struct rq_seg *s = &io->segs[i];
-			mapping_zero_past_eof(m, s->folio, s->off, s->len, eof);
-			if (mark && !err)
-				folio_set_uptodate(s->folio, s->off, s->len);
-		}
-	}
-	if (mark && err)
-		mark_read_blocks(list);
-	while (list) {
-		struct mapping_io *next = list->next;
-		mapping_io_free(list);
-		list = next;
-	}
-}
-
-/*
- * Wait for the reads a builder submitted and settle them (see
- * mapping_settle_reads()). Returns the first error.
- */
-static int finish_reads(struct folio_mapping *m, struct rq_builder *b,
-			struct io_group *g, uint64_t eof, bool mark)
-{
-	int err = io_group_wait(g, m->engine);
-	if (b->error && !err)
-		err = b->error;
-	mapping_settle_reads(m, b->submitted, eof, mark, err);
-	b->submitted = NULL;
-	return err;
-}
+#include "mapping/cache.h"
+#include "mapping/fill.h"
+#include "mapping/lookup.h"
+#include "mapping/request.h"
+#include "mapping/tags.h"
+#include "mapping/wait.h"
 
 /*
  * Make the partly covered edge blocks of [off, off+len) valid before a
@@ -176,7 +55,7 @@ static int prepare_write(struct folio_mapping *m, struct folio *f, size_t off,
 	uint64_t eof = mapping_read_end(m);
 	struct io_group g;
 	struct rq_builder b;
-	start_reads(m, &b, &g);
+	mapping_start_reads(m, &b, &g);
 	int err = 0;
 	for (unsigned i = 0; i < nedge && !err; i++) {
 		/* Only the missing blocks of each edge; adjacent edge blocks
@@ -203,25 +82,13 @@ static int prepare_write(struct folio_mapping *m, struct folio *f, size_t off,
 		}
 	}
 	rqb_finish(&b);
-	int r = finish_reads(m, &b, &g, eof, false);
+	int r = mapping_finish_reads(m, &b, &g, eof, false);
 	if (!err)
 		err = r;
 	if (!err && (mark || !len))
 		for (unsigned i = 0; i < nedge; i++)
 			folio_set_uptodate(f, edge[i].off, edge[i].len);
 	return err;
-}
-
-static int check_io_args(struct folio_mapping *m, const void *buf,
-			 size_t len, uint64_t pos)
-{
-	/* Apart, and buf marked unlikely: compilers otherwise compute the
-	 * three tests branch-free on every call. */
-	if (!m || (__builtin_expect(!buf, 0) && len))
-		return -EINVAL;
-	if (pos >= FOLIO_MAX_POS || len > FOLIO_MAX_POS - pos)
-		return -EFBIG;
-	return 0;
 }
 
 /* Honour stable writes on a folio locked for a content change. */
@@ -354,19 +221,25 @@ static inline bool continues_last_write(const struct folio_mapping *m,
 }
 
 /*
- * The fast paths of read and write: copy [pos, pos+len) out of (or, with
- * `write`, into) cached folios that are uptodate over the part wanted, in
- * order, each under a tried folio lock (atomic per folio against writes,
- * safe against reclaim and truncate), until a folio is missing, busy or
- * not uptodate there: no request, no io_group, no engine. Returns the
- * bytes copied; the caller does the rest the ordinary way, which waits
- * for busy folios. Caller holds io_lock shared; a read has clamped len
- * to EOF. Inlined into each caller so that `write` costs no branch.
+ * The write fast path: overwrites of cached folios that are uptodate over
+ * the bytes they change, so there is no folio to create and no edge
+ * block to read. Copies [pos, pos+len) into such folios, in order, each
+ * under a tried folio lock, and commit_write() marks them dirty exactly
+ * as the ordinary path does, without its lookup-or-create loop and read
+ * machinery, until a folio is missing, busy or not uptodate there.
+ * Returns the bytes copied; the caller writes the rest the ordinary way.
+ * Whole-folio tracking (edges always read) and stable writes (waits for
+ * writeback) take the ordinary path. Caller holds io_lock shared. The
+ * read fast path (read.c) is the same loop copying the other way. Always
+ * inlined, like it: left to the heuristics, the compiler spills the
+ * caller's arguments on every write.
  */
 static inline __attribute__((always_inline)) size_t
-copy_cached(struct folio_mapping *m, unsigned char *buf, size_t len,
-	    uint64_t pos, bool write)
+write_cached(struct folio_mapping *m, const unsigned char *src, size_t len,
+	     uint64_t pos)
 {
+	if (m->flags & (FOLIO_MAPPING_FOLIO_DIRTY | FOLIO_MAPPING_STABLE_WRITES))
+		return 0;
 	size_t done = 0;
 	while (done < len) {
 		uint64_t p = pos + done;
@@ -378,47 +251,27 @@ copy_cached(struct folio_mapping *m, unsigned char *buf, size_t len,
 		if (mapping_hint_holding(m, p, &f, &off))
 			f = mapping_trylock_hint(m, f);
 		else if ((f = mapping_trylock_cached(
-				  m, p, write && continues_last_write(m, pos))))
+				  m, p, continues_last_write(m, pos))))
 			off = (size_t)(p - f->pos);
 		if (!f)
 			break;
 		size_t n = MIN(len - done, folio_bytes(f) - off);
 		bool ok = folio_all_uptodate(f) ||
 			  folio_is_uptodate(f, off, n) == 1;
-		if (ok && write) {
-			memcpy(f->data + off, buf + done, n);
+		if (ok) {
+			memcpy(f->data + off, src + done, n);
 			commit_write(m, f, p, n);
-		} else if (ok) {
-			memcpy(buf + done, f->data + off, n);
-			/* Readahead (readahead.c): see folio_mapping_read(). */
-			mapping_readahead_reached(m, f);
 		}
 		folio_release(f);
 		if (!ok)
 			break;
 		done += n;
-		if (write && done < len)
+		if (done < len)
 			throttle_between_folios(m);
 	}
 	return done;
 }
 
-/*
- * The write fast path: overwrites of cached folios that are uptodate over
- * the bytes they change, so there is no folio to create and no edge
- * block to read; copy_cached() copies in and commit_write() marks them
- * dirty exactly as the ordinary path does, without its lookup-or-create
- * loop and read machinery. Whole-folio tracking (edges always read) and
- * stable writes (waits for writeback) take the ordinary path.
- */
-static size_t write_cached(struct folio_mapping *m, const unsigned char *src,
-			   size_t len, uint64_t pos)
-{
-	if (m->flags & (FOLIO_MAPPING_FOLIO_DIRTY | FOLIO_MAPPING_STABLE_WRITES))
-		return 0;
-	/* Only read from: copy_cached() copies into buf for reads alone. */
-	return copy_cached(m, (unsigned char *)src, len, pos, true);
-}
 
 /*
  * The ordinary write path, from byte `done` on: per folio, find or create
@@ -480,7 +333,7 @@ write_folios(struct folio_mapping *m, const unsigned char *src, size_t len,
 ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
 			    size_t len, uint64_t pos)
 {
-	int err = check_io_args(m, buf, len, pos);
+	int err = mapping_check_io_args(m, buf, len, pos);
 	if (err)
 		return err;
 	if (!len)
@@ -497,7 +350,7 @@ ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
 	brlock_read_unlock_at(&m->io_lock, stripe);
 	size_t done = ret > 0 ? (size_t)ret : 0;
 	/* Once per call, as a read counts what it returned. */
-	stat_add(&m->io_bytes[stripe].written, done);
+	stat_add(&m->stats.io_bytes[stripe].written, done);
 	last_write.mapping_id = m->id;
 	last_write.end = pos + done;
 	if (over_dirty_limit(m))
@@ -510,7 +363,7 @@ ssize_t folio_mapping_write_begin(struct folio_mapping *m, uint64_t pos,
 {
 	if (!folio || !len)
 		return -EINVAL;
-	int err = check_io_args(m, folio, len, pos);
+	int err = mapping_check_io_args(m, folio, len, pos);
 	if (err)
 		return err;
 	/* Zero-copy writers are throttled here, before anything is
@@ -576,133 +429,10 @@ ssize_t folio_mapping_write_end(struct folio_mapping *m, struct folio *f,
 		end = MAX(off, end & ~mask);
 	if (end > off) {
 		commit_write(m, f, pos, end - off);
-		stat_add(&m->io_bytes[brlock_thread_stripe()].written,
+		stat_add(&m->stats.io_bytes[brlock_thread_stripe()].written,
 			 end - off);
 	}
 	folio_unlock(f); /* clears WRITE_BEGIN with LOCKED */
 	folio_put(f);
 	return (ssize_t)(end - off);
-}
-
-/* One folio of a read batch and the part of it the caller wants. */
-struct read_slot {
-	struct folio *folio;
-	size_t off, len;
-};
-
-int mapping_queue_missing(struct rq_builder *b, struct folio *f, size_t off,
-			  size_t len)
-{
-	if (folio_test_uptodate(f))
-		return 0;
-	size_t mask = folio_block_size(f) - 1;
-	size_t at = off & ~mask;
-	size_t end = (off + len + mask) & ~mask;
-	while (at < end) {
-		size_t run_off = at;
-		ssize_t run = folio_next_missing(f, &run_off);
-		if (run <= 0 || run_off >= end)
-			break;
-		size_t run_len = MIN((size_t)run, end - run_off);
-		int r = rqb_add(b, f, run_off, run_len);
-		if (r)
-			return r;
-		at = run_off + run_len;
-	}
-	return 0;
-}
-
-ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
-			   uint64_t pos)
-{
-	int err = check_io_args(m, buf, len, pos);
-	if (err)
-		return err;
-	if (len > SSIZE_MAX)
-		len = SSIZE_MAX;
-
-	unsigned char *dst = buf;
-	size_t done = 0, want = len;
-	struct mapping_cache_credit credit = {0, 0};
-	brlock_read_lock(&m->io_lock);
-	uint64_t eof = mapping_eof(m);
-	if (pos >= eof)
-		len = 0;
-	else
-		len = (size_t)MIN((uint64_t)len, eof - pos);
-	done = copy_cached(m, dst, len, pos, false);
-	/* Readahead (readahead.c) learns from every read the cache could
-	 * not serve, and may start reading beyond it before the read itself
-	 * locks anything. */
-	if (done < len)
-		mapping_readahead_on_read(m, pos + done, len - done);
-	while (done < len && !err) {
-		struct read_slot slot[READ_BATCH];
-		unsigned n = 0;
-		struct io_group g;
-		struct rq_builder b;
-		start_reads(m, &b, &g);
-
-		/* Lock a batch of folios in position order and queue their
-		 * missing blocks; contiguous runs merge across folios. */
-		for (size_t at = done; at < len && n < READ_BATCH;) {
-			uint64_t p = pos + at;
-			struct folio *f = mapping_find_or_create_locked(
-				m, p, len - at, &credit, &err);
-			if (!f)
-				break;
-			struct read_slot *s = &slot[n++];
-			s->folio = f;
-			s->off = (size_t)(p - f->pos);
-			s->len = MIN(len - at, folio_size(f) - s->off);
-			at += s->len;
-			/* Readahead (readahead.c): a first use of a folio
-			 * it brought in, or its mark reached. */
-			mapping_readahead_reached(m, f);
-			err = mapping_queue_missing(&b, f, s->off, s->len);
-			if (err)
-				break;
-		}
-		/* A full pool ends the batch: the folios it holds locked
-		 * are read and released first, and only a batch that could
-		 * not start waits for room (holding no lock, see write). */
-		bool need_room = err == MAPPING_CACHE_FULL;
-		if (need_room && n)
-			err = 0;
-		rqb_finish(&b);
-		int r = finish_reads(m, &b, &g, mapping_read_end(m), true);
-		(void)r; /* what matters is which bytes became uptodate */
-
-		/* Copy out in order, stopping at the first range that could
-		 * not be filled: the caller gets a short count. */
-		bool stop = false;
-		for (unsigned i = 0; i < n; i++) {
-			struct read_slot *s = &slot[i];
-			if (!stop && folio_is_uptodate(s->folio, s->off,
-						       s->len) == 1) {
-				memcpy(dst + done, s->folio->data + s->off,
-				       s->len);
-				done += s->len;
-			} else if (!stop) {
-				stop = true;
-				if (!err)
-					err = r ? r : -EIO;
-			}
-			folio_unlock(s->folio);
-		}
-		if (need_room && !n) {
-			brlock_read_unlock(&m->io_lock);
-			err = mapping_cache_reserve(m, &credit);
-			brlock_read_lock(&m->io_lock);
-			/* A truncate may have come in between: never read
-			 * past the EOF of now. */
-			eof = mapping_eof(m);
-			uint64_t end = MIN(pos + want, MAX(eof, pos));
-			len = (size_t)MAX(end - pos, (uint64_t)done);
-		}
-	}
-	brlock_read_unlock(&m->io_lock);
-	mapping_cache_credit_return(m, &credit);
-	stat_add(&m->io_bytes[brlock_thread_stripe()].read, done);
-	return done ? (ssize_t)done : err;
 }

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "mapping/index.h"
+#include "index/index.h"
 
 #define SLOT_NODE 1u
 #define SLOT_SIB 2u

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Flushes, unstable data and durable writes (commit.c).
+ */
+#ifndef FOLIO_MAPPING_COMMIT_H
+#define FOLIO_MAPPING_COMMIT_H
+
+#include "mapping/request.h"
+
+int mapping_commit_init(struct folio_mapping *m);
+void mapping_commit_destroy(struct folio_mapping *m);
+
+/* The engine's truncate() to `size` succeeded: unstable like a write until
+ * a flush covers it. Caller holds io_lock exclusively. */
+void mapping_resize_unstable(struct folio_mapping *m, uint64_t size);
+
+/* The first `len` bytes of a write request's segment `s` (its folio, the
+ * index node holding it, see mapping_tag_set_at(), and its offset)
+ * completed: they are unstable until a flush covering `epoch` succeeds
+ * (mapping_unstable_epoch()); `failures` is the engine's failed-flush
+ * count read at the request's submission. Five arguments: all in
+ * registers, for every segment of every completion. */
+struct rq_seg;
+void mapping_mark_unstable(struct folio_mapping *m, const struct rq_seg *s,
+			   size_t len, uint64_t epoch, uint64_t failures);
+
+/* mapping_unstable_epoch() (below) for a durable write: records its
+ * outcome for the sync that sent it. */
+struct mapping_io;
+uint64_t mapping_durable_epoch(struct folio_mapping *m,
+			       const struct mapping_io *io, ssize_t result);
+
+/*
+ * A sync's durable write (doc/design.md, "Durable writes"). `wanted`: the
+ * sync may send one (the engine takes them, the mapping keeps unstable
+ * data). mapping_durable_begin() is called with the pass's only request
+ * built and not yet submitted: it takes the mapping's flush role when
+ * that is free and nothing but writes needs covering (no resize pending,
+ * no engine flush failure unaccounted for), moves the flush epoch on as
+ * a flush would, and returns true: the caller marks the request
+ * FOLIO_IO_DURABLE. One per sync.
+ */
+struct mapping_durable {
+	bool wanted;
+	bool taken;
+	uint64_t gen, epoch, failures;
+};
+bool mapping_durable_begin(struct folio_mapping *m, struct mapping_durable *d);
+
+/*
+ * The end of a sync: with a durable write taken, settle it as the flush
+ * it was (success releases what its barrier covered; failure makes every
+ * unstable block dirty and records the error), then run a real flush for
+ * anything it could not cover (a short write, other writes that
+ * completed meanwhile, a resize); release the role. Without one,
+ * mapping_commit().
+ */
+void mapping_commit_sync(struct folio_mapping *m, struct mapping_durable *d);
+
+/*
+ * Make every write that completed before the call durable: run the
+ * engine's flush() (or wait for one that another thread started after
+ * the call), then release the unstable blocks it covers, or on failure
+ * make every unstable block dirty again and record the error. Flushes of
+ * one mapping run one at a time, and a thread arriving while one runs
+ * shares the next. Returns 0 or the flush's error.
+ */
+int mapping_commit(struct folio_mapping *m);
+
+/* The engine may have lost what f's unstable blocks hold (a failed
+ * flush): make them dirty again, with tags and counts (commit.c). */
+void mapping_unstable_lost(struct folio_mapping *m, struct folio *f);
+
+/*
+ * The epoch a write request that completed with `result` marks its bytes
+ * unstable in: the current one, or for a durable write (FOLIO_IO_DURABLE)
+ * the one its own barrier covers when that barrier succeeded. Call it
+ * once per request, first thing in its completion. Inline: every
+ * writeback completion asks, and only a sync's one durable write needs
+ * more than a load.
+ */
+static inline uint64_t mapping_unstable_epoch(struct folio_mapping *m,
+					      const struct mapping_io *io,
+					      ssize_t result)
+{
+	if (io->base.io.flags & FOLIO_IO_DURABLE)
+		return mapping_durable_epoch(m, io, result);
+	return atomic_load_explicit(&m->commit.flush_epoch,
+				    memory_order_acquire);
+}
+
+#endif

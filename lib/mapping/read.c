@@ -1,0 +1,158 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Buffered read.
+ */
+#include <limits.h>
+#include <string.h>
+
+#include "mapping/cache.h"
+#include "mapping/fill.h"
+#include "mapping/lookup.h"
+#include "mapping/readahead.h"
+#include "mapping/request.h"
+
+/* Folios one read locks and fills at once: bounds the folio array on the
+ * stack while letting a large read become a few big engine requests. */
+#define READ_BATCH 64
+
+/* One folio of a read batch and the part of it the caller wants. */
+struct read_slot {
+	struct folio *folio;
+	size_t off, len;
+};
+
+/*
+ * The read fast path: copy [pos, pos+len) out of cached folios that are
+ * uptodate over the part wanted, in order, each under a tried folio lock
+ * (atomic per folio against writes, safe against reclaim and truncate),
+ * until a folio is missing, busy or not uptodate there: no request, no
+ * io_group, no engine. Returns the bytes copied; the caller does the rest
+ * the ordinary way, which waits for busy folios. Caller holds io_lock
+ * shared and has clamped len to EOF. The write fast path (write.c) is
+ * the same loop copying the other way.
+ */
+static inline __attribute__((always_inline)) size_t
+read_cached(struct folio_mapping *m, unsigned char *buf, size_t len,
+	    uint64_t pos)
+{
+	size_t done = 0;
+	while (done < len) {
+		uint64_t p = pos + done;
+		struct folio *f;
+		size_t off;
+		if (mapping_hint_holding(m, p, &f, &off))
+			f = mapping_trylock_hint(m, f);
+		else if ((f = mapping_trylock_cached(m, p, false)))
+			off = (size_t)(p - f->pos);
+		if (!f)
+			break;
+		size_t n = MIN(len - done, folio_bytes(f) - off);
+		bool ok = folio_all_uptodate(f) ||
+			  folio_is_uptodate(f, off, n) == 1;
+		if (ok) {
+			memcpy(buf + done, f->data + off, n);
+			/* Readahead (readahead.c): see folio_mapping_read(). */
+			mapping_readahead_reached(m, f);
+		}
+		folio_release(f);
+		if (!ok)
+			break;
+		done += n;
+	}
+	return done;
+}
+
+ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
+			   uint64_t pos)
+{
+	int err = mapping_check_io_args(m, buf, len, pos);
+	if (err)
+		return err;
+	if (len > SSIZE_MAX)
+		len = SSIZE_MAX;
+
+	unsigned char *dst = buf;
+	size_t done = 0, want = len;
+	struct mapping_cache_credit credit = {0, 0};
+	brlock_read_lock(&m->io_lock);
+	uint64_t eof = mapping_eof(m);
+	if (pos >= eof)
+		len = 0;
+	else
+		len = (size_t)MIN((uint64_t)len, eof - pos);
+	done = read_cached(m, dst, len, pos);
+	/* Readahead (readahead.c) learns from every read the cache could
+	 * not serve, and may start reading beyond it before the read itself
+	 * locks anything. */
+	if (done < len)
+		mapping_readahead_on_read(m, pos + done, len - done);
+	while (done < len && !err) {
+		struct read_slot slot[READ_BATCH];
+		unsigned n = 0;
+		struct io_group g;
+		struct rq_builder b;
+		mapping_start_reads(m, &b, &g);
+
+		/* Lock a batch of folios in position order and queue their
+		 * missing blocks; contiguous runs merge across folios. */
+		for (size_t at = done; at < len && n < READ_BATCH;) {
+			uint64_t p = pos + at;
+			struct folio *f = mapping_find_or_create_locked(
+				m, p, len - at, &credit, &err);
+			if (!f)
+				break;
+			struct read_slot *s = &slot[n++];
+			s->folio = f;
+			s->off = (size_t)(p - f->pos);
+			s->len = MIN(len - at, folio_size(f) - s->off);
+			at += s->len;
+			/* Readahead (readahead.c): a first use of a folio
+			 * it brought in, or its mark reached. */
+			mapping_readahead_reached(m, f);
+			err = mapping_queue_missing(&b, f, s->off, s->len);
+			if (err)
+				break;
+		}
+		/* A full pool ends the batch: the folios it holds locked
+		 * are read and released first, and only a batch that could
+		 * not start waits for room (holding no lock, see write). */
+		bool need_room = err == MAPPING_CACHE_FULL;
+		if (need_room && n)
+			err = 0;
+		rqb_finish(&b);
+		int r = mapping_finish_reads(m, &b, &g, mapping_read_end(m), true);
+		(void)r; /* what matters is which bytes became uptodate */
+
+		/* Copy out in order, stopping at the first range that could
+		 * not be filled: the caller gets a short count. */
+		bool stop = false;
+		for (unsigned i = 0; i < n; i++) {
+			struct read_slot *s = &slot[i];
+			if (!stop && folio_is_uptodate(s->folio, s->off,
+						       s->len) == 1) {
+				memcpy(dst + done, s->folio->data + s->off,
+				       s->len);
+				done += s->len;
+			} else if (!stop) {
+				stop = true;
+				if (!err)
+					err = r ? r : -EIO;
+			}
+			folio_unlock(s->folio);
+		}
+		if (need_room && !n) {
+			brlock_read_unlock(&m->io_lock);
+			err = mapping_cache_reserve(m, &credit);
+			brlock_read_lock(&m->io_lock);
+			/* A truncate may have come in between: never read
+			 * past the EOF of now. */
+			eof = mapping_eof(m);
+			uint64_t end = MIN(pos + want, MAX(eof, pos));
+			len = (size_t)MAX(end - pos, (uint64_t)done);
+		}
+	}
+	brlock_read_unlock(&m->io_lock);
+	mapping_cache_credit_return(m, &credit);
+	stat_add(&m->stats.io_bytes[brlock_thread_stripe()].read, done);
+	return done ? (ssize_t)done : err;
+}
