@@ -8,4 +8,4 @@ bash scripts/deps.sh
 [ -f build/release/build.ninja ] ||
 	meson setup build/release --buildtype=release -Dwerror=true >/dev/null
 ninja -C build/release >/dev/null
-exec build/release/examples/folio-bench "$@"
+exec build/release/bench/folio-bench "$@"

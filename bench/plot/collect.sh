@@ -18,7 +18,7 @@ cd "$(dirname "$0")/../.."
 bin=${1:-}
 if [ -z "$bin" ]; then
 	for b in build-bench build/release build; do
-		[ -x "$b/examples/folio-bench" ] && { bin=$b/examples/folio-bench; break; }
+		[ -x "$b/bench/folio-bench" ] && { bin=$b/bench/folio-bench; break; }
 	done
 fi
 [ -n "$bin" ] && [ -x "$bin" ] || { echo "collect.sh: build folio-bench first" >&2; exit 2; }

@@ -35,7 +35,7 @@ static void usage(FILE *out)
 "                       direct_io, the library is the only cache)\n"
 "  --passthrough        no cache: reads, writes and syncs go straight to\n"
 "                       the backing file (the bare FUSE baseline of\n"
-"                       bench/fuse-fio.sh)\n"
+"                       folio-bench fuse-fio)\n"
 "  -f                   stay in the foreground\n"
 "  -d                   FUSE debug output (implies -f)\n"
 "  -o OPTS              mount options passed to FUSE\n"

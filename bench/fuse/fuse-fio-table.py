@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# The table of bench/fuse-fio.sh: medians over its rounds of fio's JSON
+# The table of bench/fuse/fuse-fio.sh: medians over its rounds of fio's JSON
 # results and of folio-fuse's --stats snapshots taken around each timed
 # run.
 #

@@ -16,7 +16,7 @@
  *       alloc/free time per folio, old pair against alloc_folio_mem(), in
  *       interleaved rounds (the machine is noisy); medians.
  *   alloc-rss loop --impl old|new --pattern pair|batch --size S --ops K
- *       one measured loop, for callgrind (bench/callgrind-alloc.sh).
+ *       one measured loop, for callgrind (folio-bench callgrind alloc).
  *   alloc-rss huge [--blocks N] [--rounds R]
  *       2 MiB blocks from private arenas with and without MADV_HUGEPAGE,
  *       interleaved: first touch (faults + the kernel's zeroing) and a
@@ -441,6 +441,6 @@ int main(int argc, char **argv)
 		return cmd_huge(argc, argv);
 #endif
 	fprintf(stderr, "usage: alloc-rss rss|speed|loop [options] "
-			"(see the comment at the top of bench/alloc-rss.c)\n");
+			"(see the comment at the top of bench/micro/alloc-rss.c)\n");
 	return 1;
 }

@@ -8,20 +8,22 @@
 # resets and timing are not counted. Unlike ns, instruction counts do not
 # move with machine load, so they are what to compare across changes.
 #
-# usage: bench/callgrind-state.sh [BUILDDIR] [OPS]
-#   BUILDDIR  meson build directory holding examples/folio-bench
-#             (default: build-folio, relative to the source root)
+# usage: folio-bench callgrind state [OPS]
+#        bench/callgrind/state.sh [BUILDDIR] [OPS]
+#   BUILDDIR  meson build directory holding bench/folio-bench (folio-bench
+#             passes its own; default: build-folio, relative to the
+#             source root)
 #   OPS       ops per case (default 20000); the warm-up batch comes on top
 #             and is counted on both sides of the division
 # Use a gcc build: valgrind 3.19 cannot read the DWARF 5 that clang 14
 # emits by default (or build with -gdwarf-4).
 set -eu
 
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 builddir=${1:-build-folio}
 ops=${2:-20000}
 case $builddir in /*) ;; *) builddir=$root/$builddir ;; esac
-bench=$builddir/examples/folio-bench
+bench=$builddir/bench/folio-bench
 
 command -v valgrind >/dev/null 2>&1 || { echo "valgrind not found" >&2; exit 1; }
 [ -x "$bench" ] || { echo "$bench not built (ninja -C $builddir)" >&2; exit 1; }

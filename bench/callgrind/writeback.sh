@@ -6,19 +6,21 @@
 # submit() without moving bytes: the count is the library's work alone,
 # request building and completion included.
 #
-#   bench/callgrind-writeback.sh [FOLIO_BENCH] [DIRTY] [-- extra wbpass options]
+#   folio-bench callgrind writeback [DIRTY] [-- extra wbpass options]
+#   bench/callgrind/writeback.sh [FOLIO_BENCH] [DIRTY] [-- extra wbpass options]
 #
-# FOLIO_BENCH defaults to the first folio-bench found in build-bench/,
-# build/release/ or build/; DIRTY (default 100000) is the dirty folios
+# folio-bench passes itself as FOLIO_BENCH; run directly, the script
+# takes the folio-bench beside it in a build tree, else the first found
+# in build-bench/, build/release/ or build/; DIRTY (default 100000) is the dirty folios
 # per pass. Collection is toggled on only inside wbpass_pass(), which
 # holds exactly one folio_mapping_writeback() call; the folios are
 # re-dirtied outside it before each of the ROUNDS (3) passes, so
 # Ir / (ROUNDS * DIRTY) is the cost of writing back one dirty folio.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+here=$(cd "$(dirname "$0")" && pwd)
 
-script=callgrind-writeback.sh
-. bench/callgrind-common.sh
+script="callgrind writeback"
+. "$here/common.sh"
 cg_setup "$@"
 dirty=$iters
 rounds=3

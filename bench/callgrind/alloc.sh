@@ -8,13 +8,15 @@
 # folio at a time: the thread-cache path; loop_batch_* allocates 1024
 # and frees them: refills, flushes and the arena's lists).
 #
-# usage: bench/callgrind-alloc.sh [BUILDDIR] [OPS]
-#   BUILDDIR  meson build directory holding bench/alloc-rss (default
-#             build/al, relative to the source root); use a gcc build
+# usage: folio-bench callgrind alloc [OPS]
+#        bench/callgrind/alloc.sh [BUILDDIR] [OPS]
+#   BUILDDIR  meson build directory holding bench/alloc-rss (folio-bench
+#             passes its own; default build/al, relative to the source
+#             root); use a gcc build
 #   OPS       folios per loop (default 102400)
 set -eu
 
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 builddir=${1:-build/al}
 ops=${2:-102400}
 case $builddir in /*) ;; *) builddir=$root/$builddir ;; esac

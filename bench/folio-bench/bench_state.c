@@ -11,7 +11,7 @@
  *
  * Public API only. Each measured loop lives in its own non-inlined
  * function (state_loop_a .. state_loop_d) so that callgrind can count
- * exactly its instructions (bench/callgrind-state.sh).
+ * exactly its instructions (folio-bench callgrind state).
  */
 #include <stdio.h>
 #include <stdlib.h>

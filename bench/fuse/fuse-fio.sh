@@ -29,11 +29,14 @@
 # For cold reads the table's RA is the library's read amplification:
 # bytes it read from the backing file per byte fio read.
 #
-# usage: bench/fuse-fio.sh [--json] [--rounds N] [--runtime S]
+# usage: bench/fuse/fuse-fio.sh [--json] [--rounds N] [--runtime S]
 #            [--job-size SIZE] [--file-size SIZE] [--dir DIR]
 #            [--workloads LIST] [FOLIO_FUSE]
-# Needs root (drop_caches, mounting) and fio; FOLIO_FUSE defaults to
-# build/rel/examples/folio-fuse/folio-fuse.
+#        folio-bench fuse-fio [the same options]
+# Needs root (drop_caches, mounting) and fio. FOLIO_FUSE defaults to the
+# build tree's examples/folio-fuse/folio-fuse when the script runs from a
+# build tree (build/bench/fuse/, where folio-bench runs it), else to
+# build/rel/examples/folio-fuse/folio-fuse of the source tree.
 set -euo pipefail
 
 rounds=3 runtime=4 job_size=32M file_size=256M json=0
@@ -55,7 +58,10 @@ while [ $# -gt 0 ]; do
 	shift
 done
 here=$(cd "$(dirname "$0")" && pwd)
-ff=${ff:-$here/../build/rel/examples/folio-fuse/folio-fuse}
+if [ -z "$ff" ] && [ -x "$here/../../examples/folio-fuse/folio-fuse" ]; then
+	ff=$here/../../examples/folio-fuse/folio-fuse
+fi
+ff=${ff:-$here/../../build/rel/examples/folio-fuse/folio-fuse}
 [ -x "$ff" ] || { echo "fuse-fio.sh: no folio-fuse at $ff" >&2; exit 2; }
 command -v fio >/dev/null || { echo "fuse-fio.sh: fio not found" >&2; exit 2; }
 [ -w /proc/sys/vm/drop_caches ] ||

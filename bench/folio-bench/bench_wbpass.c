@@ -11,7 +11,7 @@
  * inside submit() without touching its bytes, so what a pass costs is the
  * library's own work, request building included. The pass itself is
  * wbpass_pass(), a function of its own for callgrind --toggle-collect
- * (bench/callgrind-writeback.sh).
+ * (folio-bench callgrind writeback).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -343,7 +343,7 @@ static struct bench_cmd cmd = {
 	"(folio_mapping_stats) is shown for scale. --only runs one of the\n"
 	"two mappings; --inline-engine replaces the store by one that\n"
 	"completes each request inside submit() without moving bytes, so a\n"
-	"pass costs only the library's work (bench/callgrind-writeback.sh\n"
+	"pass costs only the library's work (folio-bench callgrind writeback\n"
 	"counts its instructions per dirty folio).",
 	.defaults = {.size = 1000000 * 4 * KIB, .bs = 4 * KIB,
 		     .folio_size = 4 * KIB, .block_size = 4 * KIB,

@@ -8,7 +8,7 @@
  * tmpfs copy (the kernel's cache with no device behind it: the issue's
  * target is the library at >= 1.5x that) and memcpy() from a flat buffer
  * (the limit). The timed loops are functions of their own for callgrind
- * (bench/callgrind-read.sh counts instructions per read).
+ * (folio-bench callgrind read counts instructions per read).
  *
  * Cold: both caches dropped (as in seqread), a new mapping, and reads for
  * --runtime seconds or until a quarter of the file's blocks were asked
@@ -539,7 +539,7 @@ static struct bench_cmd cmd = {
 	"For instruction counts, run one hot variant a fixed number of times:\n"
 	"  valgrind --tool=callgrind --toggle-collect='randread_loop_lib*' \\\n"
 	"      folio-bench randread --only lib --iters 100000\n"
-	"(bench/callgrind-read.sh does it for lib, pread and memcpy).",
+	"(folio-bench callgrind read does it for lib, pread and memcpy).",
 	.defaults = {.size = 1 * GIB, .bs = 4 * KIB, .runtime = 2,
 		     .folio_size = FOLIO_MAX_SIZE, .block_size = 4 * KIB,
 		     .engine = BENCH_ENGINE_POSIX},

@@ -3,10 +3,12 @@
 # callgrind: the library's buffered read, memcpy() from a flat buffer and
 # pread() on a page-cache-hot file.
 #
-#   bench/callgrind-read.sh [FOLIO_BENCH] [ITERS] [-- extra randread options]
+#   folio-bench callgrind read [ITERS] [-- extra randread options]
+#   bench/callgrind/read.sh [FOLIO_BENCH] [ITERS] [-- extra randread options]
 #
-# FOLIO_BENCH defaults to the first folio-bench found in build-bench/,
-# build/release/ or build/. Collection is toggled on only
+# folio-bench passes itself as FOLIO_BENCH; run directly, the script
+# takes the folio-bench beside it in a build tree, else the first found
+# in build-bench/, build/release/ or build/. Collection is toggled on only
 # inside the function holding each timed loop (randread_loop_<variant>),
 # which runs exactly ITERS reads (default 100000) at random offsets of a
 # 16 MiB file (--size overrides) after the file was cached, so
@@ -16,10 +18,10 @@
 # issue's target is at most 150. callgrind sees user space only: for
 # pread that is the syscall stub, not the kernel's work.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+here=$(cd "$(dirname "$0")" && pwd)
 
-script=callgrind-read.sh
-. bench/callgrind-common.sh
+script="callgrind read"
+. "$here/common.sh"
 cg_setup "$@"
 
 declare -A per
@@ -31,7 +33,7 @@ for v in lib memcpy pread; do
 		"$bin" randread --only "$v" --iters "$iters" --size 16M \
 		"${extra[@]}" \
 		>"$tmp/stdout.$v" 2>"$tmp/stderr.$v" || {
-		echo "callgrind-read.sh: $v run failed:" >&2
+		echo "$script: $v run failed:" >&2
 		cat "$tmp/stderr.$v" >&2
 		exit 1
 	}

@@ -2,20 +2,22 @@
 # Instructions per 1 KiB write of folio-bench's fstime loops under
 # callgrind: the library's buffered write, pwrite() to tmpfs, memcpy().
 #
-#   bench/callgrind-fstime.sh [FOLIO_BENCH] [ITERS] [-- extra fstime options]
+#   folio-bench callgrind fstime [ITERS] [-- extra fstime options]
+#   bench/callgrind/fstime.sh [FOLIO_BENCH] [ITERS] [-- extra fstime options]
 #
-# FOLIO_BENCH defaults to the first folio-bench found in build-bench/,
-# build/release/ or build/. Collection is toggled on only inside the
+# folio-bench passes itself as FOLIO_BENCH; run directly, the script
+# takes the folio-bench beside it in a build tree, else the first found
+# in build-bench/, build/release/ or build/. Collection is toggled on only inside the
 # function holding each timed loop (fstime_loop_<variant>), which runs
 # exactly ITERS writes (default 100000) after an untimed warm pass, so
 # Ir / ITERS is the cost of one write including everything it calls.
 # callgrind sees user space only: for pwrite that is the syscall stub,
 # not the kernel's work, so its count is a floor, not a cost.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+here=$(cd "$(dirname "$0")" && pwd)
 
-script=callgrind-fstime.sh
-. bench/callgrind-common.sh
+script="callgrind fstime"
+. "$here/common.sh"
 cg_setup "$@"
 
 printf '%-8s %14s %12s\n' variant Ir instr/write
@@ -25,7 +27,7 @@ for v in lib pwrite memcpy; do
 		--toggle-collect="fstime_loop_$v*" \
 		"$bin" fstime --only "$v" --iters "$iters" "${extra[@]}" \
 		>"$tmp/stdout.$v" 2>"$tmp/stderr.$v" || {
-		echo "callgrind-fstime.sh: $v run failed:" >&2
+		echo "$script: $v run failed:" >&2
 		cat "$tmp/stderr.$v" >&2
 		exit 1
 	}

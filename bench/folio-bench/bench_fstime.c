@@ -9,7 +9,7 @@
  *
  * The timed loops live in separate non-inlined functions so that
  * `valgrind --tool=callgrind --toggle-collect=fstime_loop_lib` counts the
- * instructions of exactly the loop (see bench/callgrind-fstime.sh).
+ * instructions of exactly the loop (see folio-bench callgrind fstime).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -346,7 +346,7 @@ static struct bench_cmd cmd = {
 	"callgrind, e.g.\n"
 	"  valgrind --tool=callgrind --toggle-collect=fstime_loop_lib \\\n"
 	"      folio-bench fstime --only lib --iters 100000\n"
-	"and divide Ir by the count (bench/callgrind-fstime.sh does that for\n"
+	"and divide Ir by the count (folio-bench callgrind fstime does that for\n"
 	"all three; the loops are fstime_loop_lib/_pwrite/_memcpy).",
 	.defaults = {.size = 2000 * KIB, .bs = 1 * KIB, .runtime = 2,
 		     .folio_size = FOLIO_MAX_SIZE, .block_size = 4 * KIB,

@@ -1,17 +1,23 @@
 # SPDX-License-Identifier: MIT
-# Shared by the bench/callgrind-*.sh scripts that count instructions of a
-# folio-bench loop: sourced, not run. The caller has cd'ed to the source
-# root and set `script` to its own name for messages.
+# Shared by the bench/callgrind/*.sh scripts that count instructions of a
+# folio-bench loop: sourced, not run. The caller has set `here` to its own
+# directory and `script` to its own name for messages.
 
-# cg_bench_bin [FOLIO_BENCH]: print the binary to use, the argument or
-# the first folio-bench found in build-bench/, build/release/ or build/;
-# exit 2 when there is none, or when valgrind is missing.
+# cg_bench_bin [FOLIO_BENCH]: print the binary to use: the argument; else
+# the folio-bench beside this directory when the script runs from a build
+# tree (build/bench/callgrind/); else the first folio-bench found in
+# build-bench/, build/release/ or build/ of the source tree. Exit 2 when
+# there is none, or when valgrind is missing.
 cg_bench_bin() {
 	local bin=${1:-} b
+	if [ -z "$bin" ] && [ -f "$here/../folio-bench" ] &&
+	   [ -x "$here/../folio-bench" ]; then
+		bin=$here/../folio-bench
+	fi
 	if [ -z "$bin" ]; then
 		for b in build-bench build/release build; do
-			if [ -x "$b/examples/folio-bench" ]; then
-				bin=$b/examples/folio-bench
+			if [ -x "$here/../../$b/bench/folio-bench" ]; then
+				bin=$here/../../$b/bench/folio-bench
 				break
 			fi
 		done

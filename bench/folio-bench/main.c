@@ -2,7 +2,8 @@
 /*
  * folio-bench: a fio-like driver for the library's workloads. Without a
  * workload it runs every workload marked in_default briefly and prints one
- * combined table.
+ * combined table. It is also the one entry point to the project's other
+ * benchmarks (external.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,10 @@ static void usage(FILE *out)
 	for (struct bench_cmd *c = commands; c; c = c->next)
 		fprintf(out, "  %-18s %s%s\n", c->name, c->summary,
 			c->in_default ? "" : " (not in the default run)");
+	fprintf(out, "\nmicro, callgrind and fuse-fio run the white-box "
+		     "benchmarks and scripts built\nbeside folio-bench in "
+		     "the build tree: 'folio-bench micro --help' lists "
+		     "them.\n");
 	fprintf(out, "\nCommon options (defaults differ per workload; "
 		     "'folio-bench WORKLOAD --help'\nshows them and the "
 		     "workload's own options):\n");
