@@ -21,6 +21,7 @@
  * Threads that arrive while a flush runs wait for it and share the next
  * one (a group commit), so concurrent syncs cost few flushes.
  */
+#include "base/futex.h"
 #include "mapping/cache.h"
 #include "mapping/commit.h"
 #include "mapping/errseq.h"
@@ -32,12 +33,9 @@ int mapping_commit_init(struct folio_mapping *m)
 {
 	if (pthread_mutex_init(&m->commit.lock, NULL))
 		return -ENOMEM;
-	if (pthread_cond_init(&m->commit.done_cond, NULL)) {
-		pthread_mutex_destroy(&m->commit.lock);
-		return -ENOMEM;
-	}
-	m->commit.running = false;
-	m->commit.started = m->commit.finished = 0;
+	atomic_init(&m->commit.role, 0);
+	atomic_init(&m->commit.started, 0);
+	atomic_init(&m->commit.finished, 0);
 	m->commit.resize_pending = false;
 	m->commit.resize_low = m->commit.resize_epoch = 0;
 	m->commit.redo_owed = false;
@@ -49,7 +47,6 @@ int mapping_commit_init(struct folio_mapping *m)
 
 void mapping_commit_destroy(struct folio_mapping *m)
 {
-	pthread_cond_destroy(&m->commit.done_cond);
 	pthread_mutex_destroy(&m->commit.lock);
 }
 
@@ -292,36 +289,68 @@ static int run_flush(struct folio_mapping *m)
 	return settle_flush(m, epoch, failures, r, false);
 }
 
-/* Hand the flush role back after flush generation `gen` (commit.lock
- * held). */
-static void role_release_locked(struct folio_mapping *m, uint64_t gen)
+/*
+ * The flush role (commit.role). Whoever holds it runs the mapping's one
+ * flush generation at a time; the others sleep on the word until a
+ * release changes it. No mutex: with many syncers of one mapping, a
+ * mutex and condition variable made every release wake every waiter
+ * into a fight for the mutex, most of them only to sleep again.
+ */
+#define COMMIT_ROLE_HELD 0x1u
+#define COMMIT_ROLE_SLEEPERS 0x2u
+#define COMMIT_ROLE_RELEASE 0x4u /* added by each release */
+
+static bool role_try_take(struct folio_mapping *m)
 {
-	m->commit.running = false;
-	m->commit.finished = gen;
-	pthread_cond_broadcast(&m->commit.done_cond);
+	unsigned w = atomic_load(&m->commit.role);
+	return !(w & COMMIT_ROLE_HELD) &&
+	       atomic_compare_exchange_strong(&m->commit.role, &w,
+					      w | COMMIT_ROLE_HELD);
+}
+
+/* Hand the role back; `gen` is the generation it finished, or 0 when it
+ * ran none. */
+static void role_release(struct folio_mapping *m, uint64_t gen)
+{
+	if (gen)
+		atomic_store(&m->commit.finished, gen);
+	unsigned w = atomic_load(&m->commit.role), next;
+	do
+		next = (w + COMMIT_ROLE_RELEASE) &
+		       ~(COMMIT_ROLE_HELD | COMMIT_ROLE_SLEEPERS);
+	while (!atomic_compare_exchange_weak(&m->commit.role, &w, next));
+	if (w & COMMIT_ROLE_SLEEPERS)
+		futex_wake_all(&m->commit.role);
+}
+
+/* Sleep until the role, seen held as `w`, is released (or spuriously). */
+static void role_wait(struct folio_mapping *m, unsigned w)
+{
+	if (!(w & COMMIT_ROLE_SLEEPERS) &&
+	    !atomic_compare_exchange_strong(&m->commit.role, &w,
+					    w | COMMIT_ROLE_SLEEPERS))
+		return; /* it changed: look again */
+	futex_wait(&m->commit.role, w | COMMIT_ROLE_SLEEPERS);
 }
 
 int mapping_commit(struct folio_mapping *m)
 {
 	int r = 0;
-	pthread_mutex_lock(&m->commit.lock);
 	/* A flush already running may have begun before our writes
 	 * completed: only one that starts from now on covers them. */
-	uint64_t need = m->commit.started + 1;
-	while (m->commit.finished < need) {
-		if (m->commit.running) {
-			pthread_cond_wait(&m->commit.done_cond,
-					  &m->commit.lock);
+	uint64_t need = atomic_load(&m->commit.started) + 1;
+	while (atomic_load(&m->commit.finished) < need) {
+		unsigned w = atomic_load(&m->commit.role);
+		if (w & COMMIT_ROLE_HELD) {
+			role_wait(m, w);
 			continue;
 		}
-		m->commit.running = true;
-		uint64_t gen = ++m->commit.started;
-		pthread_mutex_unlock(&m->commit.lock);
+		if (!role_try_take(m))
+			continue;
+		uint64_t gen = atomic_fetch_add(&m->commit.started, 1) + 1;
 		r = run_flush(m);
-		pthread_mutex_lock(&m->commit.lock);
-		role_release_locked(m, gen);
+		role_release(m, gen);
 	}
-	pthread_mutex_unlock(&m->commit.lock);
 	/* A flush another thread ran for us reports through the error
 	 * sequence, which it updated before it finished. */
 	return r;
@@ -338,21 +367,23 @@ bool mapping_durable_begin(struct folio_mapping *m, struct mapping_durable *d)
 		return false;
 	d->wanted = false;
 	struct folio_engine *e = m->engine;
-	pthread_mutex_lock(&m->commit.lock);
 	/*
 	 * The role makes the durable write a flush generation like any
 	 * other: no other flush of this mapping runs until it is settled,
 	 * so a failure is turned into dirty blocks before anything can
 	 * succeed after it (see the top of this file). A pending resize
 	 * needs run_flush()'s redo around its barrier; an unaccounted
-	 * engine failure fails the next flush anyway.
+	 * engine failure fails the next flush anyway. Those change only
+	 * under the role or, for a resize, with io_lock exclusive (the
+	 * caller holds it shared), so they are looked at once it is held.
 	 */
-	bool ok = !m->commit.running && !m->commit.resize_pending &&
-		  !m->commit.redo_owed &&
+	if (!role_try_take(m))
+		return false;
+	pthread_mutex_lock(&m->commit.lock);
+	bool ok = !m->commit.resize_pending && !m->commit.redo_owed &&
 		  m->commit.failures_seen == atomic_load(&e->flush_failures);
 	if (ok) {
-		m->commit.running = true;
-		d->gen = ++m->commit.started;
+		d->gen = atomic_fetch_add(&m->commit.started, 1) + 1;
 		/* As run_flush(): what completed before this point is
 		 * covered by the barrier, which the engine starts only
 		 * after the write (so after this) completed. */
@@ -365,6 +396,8 @@ bool mapping_durable_begin(struct folio_mapping *m, struct mapping_durable *d)
 		d->taken = true;
 	}
 	pthread_mutex_unlock(&m->commit.lock);
+	if (!ok)
+		role_release(m, 0);
 	return ok;
 }
 
@@ -420,7 +453,5 @@ void mapping_commit_sync(struct folio_mapping *m, struct mapping_durable *d)
 	if (r > 0 || (!r && (mapping_any_tagged(m, INDEX_TAG_UNSTABLE) ||
 			     resize_pending(m, &low))))
 		run_flush(m);
-	pthread_mutex_lock(&m->commit.lock);
-	role_release_locked(m, d->gen);
-	pthread_mutex_unlock(&m->commit.lock);
+	role_release(m, d->gen);
 }

@@ -169,9 +169,13 @@ struct folio_mapping {
 		 * settled flush (held while a flush runs). */
 		uint64_t failures_seen;
 		pthread_mutex_t lock;
-		pthread_cond_t done_cond;
-		bool running;
-		uint64_t started, finished; /* flush generations */
+		/* The flush role, no lock: COMMIT_ROLE_* bits in a futex
+		 * word whose upper bits count releases, so a thread that
+		 * saw it taken sleeps until it changes. Generations are
+		 * started by the role's holder only; finished moves on
+		 * when it hands the role back. */
+		atomic_uint role;
+		_Atomic uint64_t started, finished;
 		/* Engine truncates no flush has covered yet: a flush that
 		 * fails may have lost them too (a volatile disk cache), so
 		 * they are redone. `low` is the smallest size cut to since
