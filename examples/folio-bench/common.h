@@ -180,6 +180,9 @@ int bench_tmpfile(const char *dir);
  * the blocks are allocated and later writes are overwrites. 0 / -errno. */
 int bench_prefill(int fd, uint64_t size);
 
+/* posix_threads.c: the workers the posix engines get (--posix-threads). */
+int bench_posix_open(struct folio_engine **out, int fd);
+
 struct devmodel;
 
 struct bench_engine {
