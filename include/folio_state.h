@@ -772,7 +772,8 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  * the old contents). Both return -errno on failure. There is no wait():
  * requests complete on their own, so the library sleeps until they do.
  *
- * Workers (the default, see folio_posix_opts.workers): submit() queues
+ * Workers (the default in direct mode: up to 16; see
+ * folio_posix_opts.workers): submit() queues
  * the request and returns; engine threads, started when requests find
  * none idle (so at most as many as requests were in flight at once, and
  * none before the first request), take them in submission order, do the
@@ -789,9 +790,11 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  * child of fork() has no workers: it must not use an engine of its
  * parent that has started them (create its own).
  *
- * Inline (FOLIO_POSIX_INLINE): submit() does the I/O and completes the
- * request before it returns; nothing is ever in flight once submit() has
- * returned, and the engine starts no thread.
+ * Inline (the default on a buffered descriptor, whose I/O the kernel's
+ * readahead and writeback already overlap; or FOLIO_POSIX_INLINE):
+ * submit() does the I/O and completes the request before it returns;
+ * nothing is ever in flight once submit() has returned, and the engine
+ * starts no thread.
  *
  * One copy in RAM: the library caches what it reads and writes, so by
  * default the engine asks the kernel to drop its own copy from the page
@@ -837,7 +840,9 @@ FOLIO_EXPORT int folio_engine_posix(struct folio_engine **out, int fd,
 struct folio_posix_opts {
 	size_t sz;      /* sizeof(struct folio_posix_opts) */
 	unsigned flags; /* as folio_engine_posix()'s @flags */
-	int workers;    /* 0: the default (measured best, doc/design.md);
+	int workers;    /* 0: the default, measured best (doc/design.md):
+			 * up to 16 threads in direct mode (an O_DIRECT
+			 * @fd or FOLIO_ENGINE_DIRECT), inline otherwise;
 			 * FOLIO_POSIX_INLINE: none, I/O inside submit();
 			 * 1..FOLIO_POSIX_MAX_WORKERS: at most that many
 			 * engine threads doing the I/O */

@@ -42,25 +42,24 @@ static struct folio_engine *workers_new(int fd, int workers)
 	return e;
 }
 
-/* The shared tests run with the default (whatever it is, as long as it
- * has workers: folio_engine_posix()). */
-static int default_try(struct folio_engine **out, int fd, unsigned flags)
+/* The shared tests run with 4 workers whatever the descriptor. */
+static int shared_try(struct folio_engine **out, int fd, unsigned flags)
 {
-	return folio_engine_posix(out, fd, flags);
+	return workers_try(out, fd, flags, 4);
 }
 
-static struct folio_engine *default_new(int fd, unsigned flags)
+static struct folio_engine *shared_new(int fd, unsigned flags)
 {
 	struct folio_engine *e = NULL;
-	assert_int_equal(default_try(&e, fd, flags), 0);
+	assert_int_equal(shared_try(&e, fd, flags), 0);
 	assert_non_null(e);
 	return e;
 }
 
 static const struct file_engine posix_workers_engine = {
 	.name = "posixw",
-	.create = default_new,
-	.try_create = default_try,
+	.create = shared_new,
+	.try_create = shared_try,
 	.completes_on_threads = true,
 	.barrier_is_fdatasync = true,
 };
@@ -77,33 +76,42 @@ static void note_thread(struct tio *t)
 		atomic_fetch_add(&on_main, 1);
 }
 
-/* Default engine: submit() returns before the I/O, the completion comes
- * from an engine thread, and there is no wait(). */
-static void test_completes_on_worker(void **state)
+/*
+ * The default: in direct mode submit() returns before the I/O, the
+ * completion comes from an engine thread, and there is no wait(); on a
+ * buffered descriptor the request completes inside submit().
+ */
+static void test_default_workers(void **state)
 {
 	(void)state;
 	struct tfile f;
 	if (!tfile_open(&f, NULL))
 		return;
-	struct folio_engine *e = default_new(f.fd, 0);
-	assert_null(e->ops.wait);
 	main_thread = pthread_self();
-	atomic_store(&on_main, 0);
 	enum { N = 16 };
-	static char buf[N][4096];
-	struct tio t[N];
-	for (int i = 0; i < N; i++) {
-		fill(buf[i], 4096, (uint64_t)i + 1);
-		tio_prep(&t[i], FOLIO_IO_WRITE, (uint64_t)i * 4096, buf[i],
-			 4096, 1, 0);
-		t[i].hook = note_thread;
-		assert_int_equal(eng_submit(e, &t[i]), 0);
+	static _Alignas(4096) char buf[N][4096];
+	for (int direct = 0; direct < 2; direct++) {
+		struct folio_engine *e = NULL;
+		assert_int_equal(folio_engine_posix(&e, f.fd, direct
+				 ? FOLIO_ENGINE_DIRECT : 0), 0);
+		assert_null(e->ops.wait);
+		atomic_store(&on_main, 0);
+		struct tio t[N];
+		for (int i = 0; i < N; i++) {
+			fill(buf[i], 4096, (uint64_t)i + 1);
+			tio_prep(&t[i], FOLIO_IO_WRITE, (uint64_t)i * 4096,
+				 buf[i], 4096, 1, 0);
+			t[i].hook = note_thread;
+			assert_int_equal(eng_submit(e, &t[i]), 0);
+			if (!direct)
+				assert_int_equal(tio_done(&t[i]), 1);
+		}
+		wait_all(e, t, N);
+		for (int i = 0; i < N; i++)
+			assert_int_equal(atomic_load(&t[i].result), 4096);
+		assert_int_equal(atomic_load(&on_main), direct ? 0 : N);
+		assert_int_equal(folio_engine_free(e), 0);
 	}
-	wait_all(e, t, N);
-	for (int i = 0; i < N; i++)
-		assert_int_equal(atomic_load(&t[i].result), 4096);
-	assert_int_equal(atomic_load(&on_main), 0);
-	assert_int_equal(folio_engine_free(e), 0);
 	tfile_close(&f);
 }
 
@@ -387,7 +395,7 @@ int main(void)
 	fe_engine = &posix_workers_engine;
 	const struct CMUnitTest tests[] = {
 		FE_ALL_TESTS,
-		cmocka_unit_test(test_completes_on_worker),
+		cmocka_unit_test(test_default_workers),
 		ON_BOTH(test_many_in_flight),
 		cmocka_unit_test(test_chain),
 		cmocka_unit_test(test_truncate_waits),

@@ -317,7 +317,7 @@ double bench_run_threads(const char *what, unsigned n, void *(*fn)(void *),
 /* ---- results ------------------------------------------------------------ */
 
 #define BENCH_MAX_KV 40
-#define BENCH_MAX_VARIANTS 16
+#define BENCH_MAX_VARIANTS 32
 #define BENCH_MAX_ROWS 40
 #define BENCH_MAX_NOTES 8
 
