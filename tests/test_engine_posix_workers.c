@@ -292,6 +292,93 @@ static void test_free_in_flight(void **state)
 	tfile_close(&f);
 }
 
+
+/* ---- the library over the workers ------------------------------------ */
+
+/*
+ * A mapping over 4 workers: a sync of scattered dirty blocks (writeback
+ * submits them all before it waits, so they are in flight together), then
+ * sequential reads (readahead windows complete on the workers) while
+ * another thread invalidates the cached folios, and a truncate: the data
+ * read is always the file's.
+ */
+enum { MT_SIZE = 8 << 20, MT_BLOCKS = 600 };
+
+struct mt_reader {
+	struct folio_mapping *m;
+	const char *want;
+	atomic_bool stop;
+	int errors;
+};
+
+static void *mt_invalidate(void *p)
+{
+	struct mt_reader *r = p;
+	while (!atomic_load(&r->stop))
+		if (folio_mapping_invalidate(r->m, 0, 0, 0))
+			r->errors++;
+	return NULL;
+}
+
+static void test_mapping_over_workers(void **state)
+{
+	(void)state;
+	struct tfile f;
+	if (!tfile_open(&f, NULL))
+		return;
+	char *want = xmalloc(MT_SIZE), *got = xmalloc(MT_SIZE);
+	memset(want, 0, MT_SIZE);
+	assert_int_equal(ftruncate(f.fd, MT_SIZE), 0);
+	struct folio_engine *e = workers_new(f.fd, 4);
+	struct folio_mapping_opts mo = {.sz = sizeof(mo), .block_size = 4096,
+					.size = MT_SIZE, .engine = e};
+	struct folio_mapping *m = NULL;
+	assert_int_equal(folio_mapping_new(&m, &mo), 0);
+	uint64_t seed = test_seed("posixw_mapping");
+	for (int i = 0; i < MT_BLOCKS; i++) {
+		uint64_t pos = test_rand_below(&seed, MT_SIZE / 4096) * 4096;
+		fill(want + pos, 4096, test_rand(&seed));
+		assert_int_equal(folio_mapping_write(m, want + pos, 4096, pos),
+				 4096);
+	}
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(pread(f.fd, got, MT_SIZE, 0), MT_SIZE);
+	assert_memory_equal(got, want, MT_SIZE);
+
+	struct mt_reader r = {.m = m, .want = want};
+	atomic_init(&r.stop, false);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, mt_invalidate, &r), 0);
+	for (int round = 0; round < 3; round++) {
+		memset(got, 0xee, MT_SIZE);
+		for (size_t at = 0; at < MT_SIZE; at += 16384)
+			assert_int_equal(folio_mapping_read(m, got + at, 16384,
+							    at),
+					 16384);
+		assert_memory_equal(got, want, MT_SIZE);
+	}
+	atomic_store(&r.stop, true);
+	pthread_join(th, NULL);
+	assert_int_equal(r.errors, 0);
+
+	/* Reads running ahead of a truncate: what is past the new end is
+	 * gone, what is before it is the file's. */
+	for (size_t at = 0; at < MT_SIZE / 2; at += 16384)
+		assert_int_equal(folio_mapping_read(m, got + at, 16384, at),
+				 16384);
+	assert_int_equal(folio_mapping_truncate(m, MT_SIZE / 4), 0);
+	assert_int_equal(folio_mapping_read(m, got, MT_SIZE, 0), MT_SIZE / 4);
+	assert_memory_equal(got, want, MT_SIZE / 4);
+	struct stat st;
+	assert_int_equal(fstat(f.fd, &st), 0);
+	assert_int_equal(st.st_size, MT_SIZE / 4);
+	assert_int_equal(folio_mapping_free(m), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	free(want);
+	free(got);
+	tfile_close(&f);
+}
+
 /* ---- threads -------------------------------------------------------- */
 
 /*
@@ -401,6 +488,7 @@ int main(void)
 		cmocka_unit_test(test_truncate_waits),
 		cmocka_unit_test(test_truncate_in_completion),
 		cmocka_unit_test(test_free_in_flight),
+		cmocka_unit_test(test_mapping_over_workers),
 		cmocka_unit_test(test_threads),
 	};
 	return cmocka_run_group_tests(tests, fe_group_setup, fe_group_teardown);
