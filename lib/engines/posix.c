@@ -256,10 +256,10 @@ static const struct folio_engine_ops posix_ops = {
 /*
  * Workers when the caller names none. On a direct descriptor every
  * request is a device round trip, and threads keep several in flight: a
- * sync of 10^4 scattered blocks went from 911 ms inline to 311 (4), 264
- * (8), 199 (16) and 268 ms (32 threads). On a buffered one the kernel
- * already overlaps (its readahead, its writeback at fdatasync()), and
- * threads only cost: cold sequential reads measured 0.35-0.73x of
+ * sync of 10^4 scattered blocks took 182, 146, 129, 147 and 153 ms with
+ * 4, 8, 16, 32 and 64 threads (inline: 447 ms). On a buffered one the
+ * kernel already overlaps (its readahead, its writeback at fdatasync()),
+ * and threads only cost: cold sequential reads measured 0.35-0.73x of
  * inline, concurrent preadv() calls breaking up the kernel's readahead
  * stream. So: threads for direct I/O, inline otherwise (doc/design.md,
  * "The posix engine's workers"). Threads start only as requests queue
