@@ -727,8 +727,8 @@ FOLIO_EXPORT int folio_engine_new(struct folio_engine **out,
  *
  * Context: no other call on @e may run (folio_mapping_new() over it
  * included), and not from an engine callback or a completion. The
- * built-in engines' destroy waits for (io_uring) or cancels (mem)
- * requests still in flight, so it may sleep.
+ * built-in engines' destroy waits for (io_uring, posix with workers) or
+ * cancels (mem) requests still in flight, so it may sleep.
  * Return: 0 (also for NULL); -EBUSY while a mapping uses @e (nothing is
  * freed).
  */
@@ -765,7 +765,8 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
 #define FOLIO_ENGINE_DIRECT_ALIGN 512u
 
 /**
- * folio_engine_posix() - synchronous engine over a file descriptor.
+ * folio_engine_posix() - engine over a file descriptor: positioned system
+ * calls, run by a few engine threads (the default) or inside submit().
  * @out:   receives the engine on success.
  * @fd:    an open regular file or block device. It stays owned by the
  *         caller and must stay open until folio_engine_free().
@@ -773,8 +774,11 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  *         @fd opened with O_DIRECT gets the alignment checks even without
  *         FOLIO_ENGINE_DIRECT (fcntl(F_GETFL) tells).
  *
- * submit() does the I/O and completes the request before it returns:
- * preadv()/pwritev() at io->dev_pos, looping on short transfers and EINTR
+ * The same as folio_engine_posix_opts() with opts->flags = @flags and
+ * the default number of workers (below).
+ *
+ * The I/O of a request: preadv()/pwritev() at io->dev_pos, looping on
+ * short transfers and EINTR
  * (the caller's iovec array is never modified; any number of segments
  * works). A read that meets end of file zero-fills the rest and reports
  * the full length. A failure completes the request with -errno, or with
@@ -788,12 +792,41 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  * with an unknown op, flags other than FOLIO_EXTENT_* and FOLIO_IO_DURABLE
  * (or FOLIO_IO_DURABLE on a read), iovecs that do not add up to len, or a
  * range past FOLIO_MAX_POS is refused with -EINVAL. The engine takes
- * durable writes (FOLIO_ENGINE_CAP_DURABLE): after a full write, submit()
- * runs flush() before it completes the request (its error is the
- * result); a short or failed write runs none. flush() is fdatasync() and
- * truncate() is ftruncate() (-EINVAL past FOLIO_MAX_POS); both return
- * -errno on failure. There is no wait(): nothing is ever in flight once
- * submit() has returned.
+ * durable writes (FOLIO_ENGINE_CAP_DURABLE): after a full write, the
+ * engine runs flush() before it completes the request (its error is the
+ * result); a short or failed write runs none. flush() is fdatasync(): it
+ * covers every write that completed before the call; with workers it
+ * first waits for the writes the calling thread submitted that are still
+ * queued or running (so those are covered too, as inline), and for no
+ * other thread's. truncate() is ftruncate() (-EINVAL past
+ * FOLIO_MAX_POS); with workers it first waits until every request
+ * accepted before it has completed (a read submitted earlier still sees
+ * the old contents). Both return -errno on failure. There is no wait():
+ * requests complete on their own, so the library sleeps until they do.
+ *
+ * Workers (the default in direct mode: up to 16; see
+ * folio_posix_opts.workers): submit() queues
+ * the request and returns; engine threads, started when requests find
+ * none idle (so at most as many as requests were in flight at once, and
+ * none before the first request), take them in submission order, do the
+ * I/O (and a durable write's fdatasync()) and complete them, so a
+ * request completes on an engine thread, possibly before submit()
+ * returned; a request with nothing to transfer completes inside submit()
+ * (a durable one after its fdatasync()). submit() then also fails with
+ * -ESHUTDOWN while the engine is
+ * being freed, and -ENOMEM when the queue cannot grow. Where no thread
+ * can be started at all, requests run inside submit() as inline.
+ * folio_engine_free() lets the threads run every request accepted (new
+ * ones, also from completions, are refused with -ESHUTDOWN meanwhile),
+ * waits until their completions returned and joins the threads. A
+ * child of fork() has no workers: it must not use an engine of its
+ * parent that has started them (create its own).
+ *
+ * Inline (the default on a buffered descriptor, whose I/O the kernel's
+ * readahead and writeback already overlap; or FOLIO_POSIX_INLINE):
+ * submit() does the I/O and completes the request before it returns;
+ * nothing is ever in flight once submit() has returned, and the engine
+ * starts no thread.
  *
  * One copy in RAM: the library caches what it reads and writes, so by
  * default the engine asks the kernel to drop its own copy from the page
@@ -817,7 +850,10 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  * Context: creation from any thread (fcntl() and fstat() on @fd; in
  * direct mode an open() of /proc/self/fd/@fd). The engine's submit, flush
  * and truncate may run in any number of threads at once (positioned I/O
- * shares no file offset); each sleeps in its system calls.
+ * shares no file offset), also inside a completion; inline, each sleeps
+ * in its system calls; with workers, submit() only takes a short lock
+ * (and starts a thread when none is idle), flush() and truncate() sleep.
+ * Do not free the engine from a completion.
  * Return: 0; -EINVAL for NULL @out, a negative @fd, unknown flags, or an
  * @fd that is not a regular file or block device (a pipe, socket or
  * directory) or was opened with O_APPEND (pwrite() would append wherever
@@ -826,6 +862,40 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  */
 FOLIO_EXPORT int folio_engine_posix(struct folio_engine **out, int fd,
 				    unsigned flags);
+
+/* folio_posix_opts.workers: no engine thread, I/O inside submit(). */
+#define FOLIO_POSIX_INLINE (-1)
+/* Most workers one posix engine may have. */
+#define FOLIO_POSIX_MAX_WORKERS 64
+
+/** Options of folio_engine_posix_opts(). Zero-initialize, set sz. */
+struct folio_posix_opts {
+	size_t sz;      /* sizeof(struct folio_posix_opts) */
+	unsigned flags; /* as folio_engine_posix()'s @flags */
+	int workers;    /* 0: the default, measured best (doc/design.md):
+			 * up to 16 threads in direct mode (an O_DIRECT
+			 * @fd or FOLIO_ENGINE_DIRECT), inline otherwise;
+			 * FOLIO_POSIX_INLINE: none, I/O inside submit();
+			 * 1..FOLIO_POSIX_MAX_WORKERS: at most that many
+			 * engine threads doing the I/O */
+};
+
+/**
+ * folio_engine_posix_opts() - folio_engine_posix() with options.
+ * @out:  receives the engine on success.
+ * @fd:   as for folio_engine_posix().
+ * @opts: NULL for the defaults; else @opts->sz must cover @flags, and a
+ *        larger struct must be zero past the fields this library knows.
+ *
+ * The engine is the one folio_engine_posix() describes, with
+ * @opts->workers engine threads at most (or inline).
+ * Context: as folio_engine_posix().
+ * Return: as folio_engine_posix(), plus -EINVAL for an @opts->sz too
+ * small, an unknown flag or a @workers value outside the ones above, and
+ * -E2BIG for a larger @opts with non-zero bytes past this library's.
+ */
+FOLIO_EXPORT int folio_engine_posix_opts(struct folio_engine **out, int fd,
+					 const struct folio_posix_opts *opts);
 
 /**
  * folio_engine_uring() - asynchronous engine on io_uring (liburing).

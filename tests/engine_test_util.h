@@ -65,6 +65,9 @@ int eng_unplug(struct folio_engine *e);
 int eng_flush(struct folio_engine *e);
 int eng_truncate(struct folio_engine *e, uint64_t size);
 
+/* wait(), or for an engine without one (completes_on_threads) a short
+ * sleep. */
+void eng_progress(struct folio_engine *e);
 /* wait() until each of the n requests has completed. */
 void wait_all(struct folio_engine *e, struct tio *t, int n);
 /* Submit t, start it, wait for it; its result, or submit()'s refusal. */
@@ -126,6 +129,11 @@ struct file_engine {
 	/* submit() completes before it returns; otherwise nothing completes
 	 * before unplug() and wait() (without an engine thread). */
 	bool completes_in_submit;
+	/* Requests complete on engine threads, at any time after submit()
+	 * (the engine may have no wait()). */
+	bool completes_on_threads;
+	/* A durable write's barrier is an fdatasync() call. */
+	bool barrier_is_fdatasync;
 	/* The flag that makes an engine thread complete requests, or 0 when
 	 * the engine has none: tests that care run once with it as well. */
 	unsigned completion_thread_flag;
@@ -159,6 +167,15 @@ extern struct where fe_disk, fe_shm;
 	{"test_" #x "_disk", fe_test_##x, NULL, NULL, &fe_disk},   \
 	{"test_" #x "_shm", fe_test_##x, NULL, NULL, &fe_shm}
 #define FE_TEST(x) {"test_" #x, fe_test_##x, NULL, NULL, NULL}
+
+/* Every shared test below, in one list. */
+#define FE_ALL_TESTS                                                   \
+	FE_ON_BOTH(round_trip), FE_ON_BOTH(dev_pos),                   \
+	FE_ON_BOTH(read_past_eof), FE_ON_BOTH(many_segments),          \
+	FE_ON_BOTH(short_write), FE_ON_BOTH(flush_truncate),           \
+	FE_ON_BOTH(truncate_eintr), FE_ON_BOTH(direct),                \
+	FE_ON_BOTH(direct_tail), FE_TEST(errors), FE_TEST(bad_requests), \
+	FE_ON_BOTH(durable)
 
 /* Group fixtures: make the directories, and remove them together with
  * any files a failed test left behind. */

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Tests of the posix engine on real files. What it shares with the io_uring
- * engine is tested by engine_test_util.c; here are only what is its own:
- * its constructor's arguments, and that by default the kernel's page cache
- * does not keep a second copy of what the engine read or wrote (mincore()
- * on a mapping of the file tells what the kernel holds).
+ * Tests of the posix engine on real files, inline (FOLIO_POSIX_INLINE: I/O
+ * inside submit()); test_engine_posix_workers.c runs the shared tests with
+ * engine threads. What it shares with the io_uring engine is tested by
+ * engine_test_util.c; here are only what is its own: its constructors'
+ * arguments, and that by default the kernel's page cache does not keep a
+ * second copy of what the engine read or wrote (mincore() on a mapping of
+ * the file tells what the kernel holds).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,17 +24,19 @@
 
 #include "engine_test_util.h"
 
+static int posix_try(struct folio_engine **out, int fd, unsigned flags)
+{
+	struct folio_posix_opts o = {
+		.sz = sizeof(o), .flags = flags, .workers = FOLIO_POSIX_INLINE};
+	return folio_engine_posix_opts(out, fd, &o);
+}
+
 static struct folio_engine *posix_new(int fd, unsigned flags)
 {
 	struct folio_engine *e = NULL;
-	assert_int_equal(folio_engine_posix(&e, fd, flags), 0);
+	assert_int_equal(posix_try(&e, fd, flags), 0);
 	assert_non_null(e);
 	return e;
-}
-
-static int posix_try(struct folio_engine **out, int fd, unsigned flags)
-{
-	return folio_engine_posix(out, fd, flags);
 }
 
 static const struct file_engine posix_engine = {
@@ -40,7 +44,11 @@ static const struct file_engine posix_engine = {
 	.create = posix_new,
 	.try_create = posix_try,
 	.completes_in_submit = true,
+	.barrier_is_fdatasync = true,
 };
+
+#define SIZEOF_THROUGH_FLAGS \
+	(offsetof(struct folio_posix_opts, flags) + sizeof(unsigned))
 
 static void test_bad_input(void **state)
 {
@@ -59,6 +67,43 @@ static void test_bad_input(void **state)
 	close(fd);
 	assert_int_equal(folio_engine_posix(&e, fd, 0), -EBADF);
 	assert_null(e);
+
+	/* The options: sized, checked before the descriptor. */
+	struct {
+		struct folio_posix_opts o;
+		char tail[8];
+	} big = {.o = {.sz = sizeof(big)}};
+	assert_int_equal(folio_engine_posix_opts(NULL, 0, NULL), -EINVAL);
+	assert_int_equal(folio_engine_posix_opts(&e, -1, NULL), -EINVAL);
+	struct folio_posix_opts o = {.sz = sizeof(o), .workers = -2};
+	assert_int_equal(folio_engine_posix_opts(&e, 0, &o), -EINVAL);
+	o.workers = FOLIO_POSIX_MAX_WORKERS + 1;
+	assert_int_equal(folio_engine_posix_opts(&e, 0, &o), -EINVAL);
+	o.workers = 0;
+	o.flags = FOLIO_URING_COMPLETION_THREAD;
+	assert_int_equal(folio_engine_posix_opts(&e, 0, &o), -EINVAL);
+	o.flags = 0;
+	o.sz = offsetof(struct folio_posix_opts, flags);
+	assert_int_equal(folio_engine_posix_opts(&e, 0, &o), -EINVAL);
+	big.tail[3] = 1;
+	assert_int_equal(folio_engine_posix_opts(&e, 0, &big.o), -E2BIG);
+	assert_int_equal(folio_engine_posix_opts(&e, fd, NULL), -EBADF);
+	assert_null(e);
+
+	/* An older caller's struct (no workers field) gets the default;
+	 * a larger one with a zero tail is accepted. */
+	FILE *tmp = tmpfile();
+	assert_non_null(tmp);
+	o.sz = SIZEOF_THROUGH_FLAGS;
+	assert_int_equal(folio_engine_posix_opts(&e, fileno(tmp), &o), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	big.tail[3] = 0;
+	big.o.workers = 1;
+	assert_int_equal(folio_engine_posix_opts(&e, fileno(tmp), &big.o), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	assert_int_equal(folio_engine_posix_opts(&e, fileno(tmp), NULL), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	fclose(tmp);
 }
 
 /* ---- one copy in RAM ------------------------------------------------ */
@@ -256,18 +301,7 @@ int main(void)
 {
 	fe_engine = &posix_engine;
 	const struct CMUnitTest tests[] = {
-		FE_ON_BOTH(round_trip),
-		FE_ON_BOTH(dev_pos),
-		FE_ON_BOTH(read_past_eof),
-		FE_ON_BOTH(many_segments),
-		FE_ON_BOTH(short_write),
-		FE_ON_BOTH(flush_truncate),
-		FE_ON_BOTH(truncate_eintr),
-		FE_ON_BOTH(direct),
-		FE_ON_BOTH(direct_tail),
-		FE_TEST(errors),
-		FE_TEST(bad_requests),
-		FE_ON_BOTH(durable),
+		FE_ALL_TESTS,
 		cmocka_unit_test(test_bad_input),
 		cmocka_unit_test(test_page_cache_dropped),
 		cmocka_unit_test(test_page_cache_kept),

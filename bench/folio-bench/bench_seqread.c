@@ -22,14 +22,28 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "posix_threads.h"
 
 static uint64_t rounds = 3;
+static const char *posix_threads = "default";
 
 static struct bench_xopt xopts[] = {
 	{.name = "rounds", .type = BENCH_X_UINT, .var = &rounds,
 	 .metavar = "N", .help = "cold rounds per variant (median counts)"},
+	{.name = "posix-threads", .type = BENCH_X_STR, .var = &posix_threads,
+	 .metavar = "LIST", .help = BENCH_POSIX_THREADS_HELP},
 	{0},
 };
+
+/* The posix engine settings (--posix-threads): the posix variants run
+ * once per setting, named after it when more than the default runs. */
+static struct bench_posix_list pt;
+static bool pt_named;
+
+static bool is_posix(enum bench_cold k)
+{
+	return k == BENCH_COLD_POSIX || k == BENCH_COLD_POSIX_DIRECT;
+}
 
 #define MAX_ROUNDS 32
 
@@ -92,15 +106,21 @@ static int one_round(struct bench_ctx *c, enum bench_cold k, int fd,
 
 /* The figures of one variant at one read size, recorded and returned. */
 static double report(struct bench_ctx *c, enum bench_cold k, uint64_t bs,
-		     struct series *s, double base_mbs)
+		     struct series *s, double base_mbs, int workers)
 {
-	char name[64], sz[32];
-	snprintf(name, sizeof(name), "%s %s", bench_cold_name[k],
+	char name[64], sz[32], vname[48], wb[24];
+	snprintf(vname, sizeof(vname), "%s", bench_cold_name[k]);
+	if (is_posix(k) && pt_named)
+		snprintf(vname, sizeof(vname), "%s %s", bench_cold_name[k],
+			 bench_posix_label(workers, wb, sizeof(wb)));
+	snprintf(name, sizeof(name), "%s %s", vname,
 		 bench_fmt_size(sz, sizeof(sz), bs));
 	bool is_base = k == BENCH_COLD_PREAD;
 	double mbs = bench_median(s->mbs, s->n);
 	struct bench_variant *v = bench_variant(c, name);
-	bench_str(v, "variant", bench_cold_name[k]);
+	bench_str(v, "variant", vname);
+	if (is_posix(k))
+		bench_num(v, "posix_workers", workers);
 	bench_num(v, "bs", (double)bs);
 	bench_num(v, "rounds", s->n);
 	bench_num(v, "mb_per_s", mbs);
@@ -120,8 +140,8 @@ static double report(struct bench_ctx *c, enum bench_cold k, uint64_t bs,
 					      : 0);
 		bench_num(v, "folios", (double)s->st.folios);
 	}
-	char fig[80], cmp[64];
-	snprintf(fig, sizeof(fig), "%s: %s reads", bench_cold_name[k], sz);
+	char fig[128], cmp[64];
+	snprintf(fig, sizeof(fig), "%s: %s reads", vname, sz);
 	snprintf(cmp, sizeof(cmp), "kernel pread %s", sz);
 	bench_row(c, &(struct bench_row){
 			     .figure = fig, .value = mbs, .unit = "MB/s",
@@ -130,7 +150,7 @@ static double report(struct bench_ctx *c, enum bench_cold k, uint64_t bs,
 			     .flags = is_base ? 0 : BENCH_ROW_HEADLINE});
 	if (!is_base) {
 		snprintf(fig, sizeof(fig), "%s: %s reads, engine requests",
-			 bench_cold_name[k], sz);
+			 vname, sz);
 		bench_row(c, &(struct bench_row){.figure = fig,
 						 .value = req_per_mib,
 						 .unit = "req/MiB"});
@@ -144,31 +164,41 @@ static int run_bs(struct bench_ctx *c, int fd, int dfd, bool uring,
 	char *buf = aligned_alloc(4096, (bs + 4095) / 4096 * 4096);
 	if (!buf)
 		return -ENOMEM;
-	struct series s[BENCH_COLD_N];
+	static struct series s[BENCH_COLD_N][BENCH_LIST_MAX];
 	memset(s, 0, sizeof(s));
 	int err = 0;
 	for (unsigned i = 0; i < rounds && !err; i++) {
 		for (enum bench_cold k = 0; k < BENCH_COLD_N && !err; k++) {
 			if (!bench_cold_runs(k, dfd, uring))
 				continue;
-			bench_progress("seqread %llu/%llu [%s]",
-				       (unsigned long long)i + 1,
-				       (unsigned long long)rounds,
-				       bench_cold_name[k]);
-			err = one_round(c, k, fd, dfd, bs, buf, &s[k]);
-			if (err)
-				fprintf(stderr, "folio-bench seqread: %s: %s\n",
-					bench_cold_name[k], strerror(-err));
+			for (unsigned t = 0; t < (is_posix(k) ? pt.n : 1) && !err;
+			     t++) {
+				bench_posix_workers = pt.v[t];
+				bench_progress("seqread %llu/%llu [%s]",
+					       (unsigned long long)i + 1,
+					       (unsigned long long)rounds,
+					       bench_cold_name[k]);
+				err = one_round(c, k, fd, dfd, bs, buf,
+						&s[k][t]);
+				if (err)
+					fprintf(stderr,
+						"folio-bench seqread: %s: %s\n",
+						bench_cold_name[k],
+						strerror(-err));
+			}
 		}
 	}
+	bench_posix_workers = 0;
 	bench_progress_done();
 	free(buf);
 	if (err)
 		return err;
-	double base = report(c, BENCH_COLD_PREAD, bs, &s[BENCH_COLD_PREAD], 0);
+	double base = report(c, BENCH_COLD_PREAD, bs, &s[BENCH_COLD_PREAD][0],
+			     0, 0);
 	for (enum bench_cold k = BENCH_COLD_POSIX; k < BENCH_COLD_N; k++)
-		if (s[k].n)
-			report(c, k, bs, &s[k], base);
+		for (unsigned t = 0; t < (is_posix(k) ? pt.n : 1); t++)
+			if (s[k][t].n)
+				report(c, k, bs, &s[k][t], base, pt.v[t]);
 	return 0;
 }
 
@@ -180,6 +210,10 @@ static int run(struct bench_ctx *c)
 			MAX_ROUNDS);
 		return 2;
 	}
+	if (bench_posix_parse("seqread", posix_threads, &pt))
+		return 2;
+	pt_named = pt.n > 1 || pt.v[0];
+	bench_param_str(c, "posix_threads", posix_threads);
 	struct bench_list bss = {2, {4 * KIB, 128 * KIB}};
 	if (o->given & BOPT_BS) {
 		bss.n = 1;
@@ -226,6 +260,8 @@ static struct bench_cmd cmd = {
 	"  lib posix O_DIRECT  the same on an O_DIRECT descriptor\n"
 	"  lib uring O_DIRECT  the io_uring engine on an O_DIRECT descriptor\n"
 	"                      (skipped when io_uring is unavailable)\n"
+	"--posix-threads default,inline,2 runs the posix variants once per\n"
+	"setting of the posix engine's threads, side by side.\n"
 	"Before every round the kernel's pages of the file are dropped (fsync\n"
 	"+ FADV_DONTNEED, checked with mincore: a note warns when they stay)\n"
 	"and each library round uses a new mapping. --rounds rounds run the\n"

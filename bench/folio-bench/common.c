@@ -257,7 +257,7 @@ int bench_engine_open(struct bench_ctx *c, struct bench_engine *be,
 	} else {
 		switch (kind) {
 		case BENCH_ENGINE_POSIX:
-			r = folio_engine_posix(&be->engine, fd, 0);
+			r = bench_posix_open(&be->engine, fd);
 			break;
 		case BENCH_ENGINE_URING:
 			r = folio_engine_uring(&be->engine, fd, 256, 0);

@@ -180,6 +180,9 @@ int bench_tmpfile(const char *dir);
  * the blocks are allocated and later writes are overwrites. 0 / -errno. */
 int bench_prefill(int fd, uint64_t size);
 
+/* posix_threads.c: the workers the posix engines get (--posix-threads). */
+int bench_posix_open(struct folio_engine **out, int fd);
+
 struct devmodel;
 
 struct bench_engine {
@@ -314,7 +317,7 @@ double bench_run_threads(const char *what, unsigned n, void *(*fn)(void *),
 /* ---- results ------------------------------------------------------------ */
 
 #define BENCH_MAX_KV 40
-#define BENCH_MAX_VARIANTS 16
+#define BENCH_MAX_VARIANTS 32
 #define BENCH_MAX_ROWS 40
 #define BENCH_MAX_NOTES 8
 

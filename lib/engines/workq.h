@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A FIFO of requests run by a small pool of engine threads: what turns an
+ * engine whose I/O calls block (preadv/pwritev) into an asynchronous one.
+ * submit() queues and returns; a worker runs the request and completes it.
+ */
+#ifndef FOLIO_ENGINES_WORKQ_H
+#define FOLIO_ENGINES_WORKQ_H
+
+#include "engines/builtin.h"
+
+/* Runs @io to its completion (folio_io_complete()) on a worker thread. */
+typedef void (*engine_workq_fn)(void *arg, struct folio_io *io);
+
+struct workq_slot {
+	struct folio_io *io;
+	uint64_t seq; /* acceptance order, from 1 */
+	unsigned tid; /* the submitting thread (workq.c) */
+	bool write;
+};
+
+struct workq_worker {
+	struct engine_workq *q;
+	pthread_t thread;
+	struct workq_slot running; /* what it runs; seq 0 when nothing */
+	struct workq_slot helping; /* what its completion runs in a drain */
+};
+
+struct engine_workq {
+	pthread_mutex_t lock;
+	pthread_cond_t work_cv; /* queued work, or stop */
+	pthread_cond_t done_cv; /* a request finished, signalled to waiters */
+	struct workq_slot *ring;
+	size_t cap, head, len;
+	uint64_t seq; /* requests accepted so far */
+	struct workq_worker *workers;
+	int max, started, idle;
+	unsigned waiters; /* threads sleeping on done_cv */
+	bool stop;
+	engine_workq_fn run;
+	void *arg;
+};
+
+/* Up to @max workers (>= 1), started as the queue needs them. 0 or
+ * -ENOMEM. */
+int engine_workq_init(struct engine_workq *q, int max, engine_workq_fn run,
+		      void *arg);
+
+/* Queue @io for a worker. 0; -ESHUTDOWN once engine_workq_stop() began;
+ * -ENOMEM (nothing queued). When no worker can be started (the system
+ * refuses threads and none runs yet) the request is run right here,
+ * which is still a completion. */
+int engine_workq_submit(struct engine_workq *q, struct folio_io *io);
+
+/* Sleep until every request accepted before the call has finished (its
+ * completion returned), except the one the calling worker runs. */
+void engine_workq_drain_older(struct engine_workq *q);
+
+/* Sleep until no write the calling thread submitted is queued or
+ * running; requests of other threads are not waited for. */
+void engine_workq_drain_own_writes(struct engine_workq *q);
+
+/* Refuse new requests (also from completions), let the workers run what
+ * is queued, join them and free everything. */
+void engine_workq_stop(struct engine_workq *q);
+
+#endif
