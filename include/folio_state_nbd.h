@@ -60,10 +60,15 @@ struct folio_nbd_opts {
  * submit() sends it (nbd_aio_pread / nbd_aio_pwrite; a request larger than
  * the server's maximum is cut into several commands, and a request of
  * several segments goes through one bounce buffer per command, so that a
- * merged write is one command, not one per folio) and returns; an engine
- * thread drives the connections (poll() on their sockets) and delivers
- * completions outside every lock, so a completion may submit again. No
- * wait() is needed, and none is provided.
+ * merged write is one command, not one per folio) and returns. One thread
+ * at a time drives the connections (poll() on their sockets, libnbd's
+ * reads and writes) and delivers completions outside every lock, so a
+ * completion may submit again: a thread in wait() when there is one (the
+ * reply then wakes the thread that waits for it, with no hand-over), else
+ * the engine's own thread, so requests nobody waits for complete too.
+ * wait() returns 0 at once when nothing is in flight (requests whose
+ * completion the calling thread is delivering do not count), else once
+ * at least one request has completed; it never fails.
  *
  * Connections: one is opened at creation; when the server advertises
  * multi-conn (nbd_can_multi_conn) @opts->connections are opened and each

@@ -16,7 +16,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/vfs.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "engine_test_util.h"
@@ -95,15 +94,8 @@ int eng_submit(struct folio_engine *e, struct tio *t)
 	return e->ops.submit(folio_engine_ctx(e), &t->rq.io);
 }
 
-bool eng_completes_on_thread;
-
 int eng_wait(struct folio_engine *e)
 {
-	if (!e->ops.wait && eng_completes_on_thread) {
-		struct timespec ts = {0, 100000};
-		nanosleep(&ts, NULL);
-		return 0;
-	}
 	assert_non_null(e->ops.wait);
 	return e->ops.wait(folio_engine_ctx(e));
 }

@@ -57,12 +57,7 @@ unsigned tio_completion_rank(void);
 
 int eng_submit(struct folio_engine *e, struct tio *t);
 /* Fails the test on an engine without wait(): such an engine must have
- * completed the request already, as nothing else would. Unless
- * eng_completes_on_thread is set (by a program whose engine completes
- * requests on a thread of its own and has no wait(), the NBD engine):
- * then it sleeps 0.1 ms and returns 0, and a request that never
- * completes is caught by the test's timeout. */
-extern bool eng_completes_on_thread;
+ * completed the request already, as nothing else would. */
 int eng_wait(struct folio_engine *e);
 /* 0 for an engine without unplug(): it queues nothing. */
 int eng_unplug(struct folio_engine *e);

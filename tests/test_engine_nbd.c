@@ -7,8 +7,7 @@
  * raw libnbd handle. Without nbdkit the whole program is skipped.
  *
  * The request plumbing (struct tio, chains of completions that submit)
- * is the one every engine test uses (engine_test_util.c); the engine
- * completes requests on its own thread, so eng_wait() only pauses.
+ * is the one every engine test uses (engine_test_util.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -396,6 +395,28 @@ static void test_chain(void **state)
 	srv_stop(&s);
 }
 
+/* wait() inside a completion does not wait for that request; requests
+ * whose submitter never waits complete on the engine thread. */
+static void test_wait(void **state)
+{
+	(void)state;
+	struct srv s;
+	srv_start(&s, 0, mem_8m);
+	struct folio_engine *e = nbd_new(&s, 0, 0, 0);
+	check_wait_in_completion(e);
+	assert_int_equal(eng_wait(e), 0); /* nothing in flight */
+	char buf[4096] = {1};
+	struct tio t;
+	tio_prep(&t, FOLIO_IO_WRITE, 0, buf, sizeof(buf), 1, 0);
+	assert_int_equal(eng_submit(e, &t), 0);
+	for (int i = 0; i < 500 && !tio_done(&t); i++)
+		sleep_ms(10);
+	assert_int_equal(tio_done(&t), 1);
+	assert_int_equal(atomic_load(&t.result), 4096);
+	assert_int_equal(folio_engine_free(e), 0);
+	srv_stop(&s);
+}
+
 /* ---- durability --------------------------------------------------------- */
 
 static long durable_write(struct folio_engine *e, uint64_t pos, void *buf,
@@ -723,13 +744,13 @@ int main(void)
 		return 0;
 	}
 	signal(SIGPIPE, SIG_IGN);
-	eng_completes_on_thread = true;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bad_input),
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_many_in_flight),
 		cmocka_unit_test(test_big_request),
 		cmocka_unit_test(test_chain),
+		cmocka_unit_test(test_wait),
 		cmocka_unit_test(test_durable),
 		cmocka_unit_test(test_truncate),
 		cmocka_unit_test(test_model),

@@ -117,6 +117,9 @@ struct ne_ctx {
 	bool lost;              /* a connection dropped since the last
 				 * barrier: the next one fails */
 	bool stop;
+	bool driving;           /* a thread drives the connections */
+	unsigned want_drive;    /* wait() callers that want to */
+	uint64_t delivered;     /* folio_io requests completed */
 	struct folio_nbd_info st;
 
 	int wake_fd;
@@ -124,8 +127,11 @@ struct ne_ctx {
 	struct ne_conn conn[];
 };
 
-/* The engine context whose thread this is (completions run there). */
+/* The engine whose connections this thread is driving (polling). */
 static _Thread_local const struct ne_ctx *ne_self;
+/* Requests this thread is delivering (a wait() inside their completion
+ * must not wait for them). */
+static _Thread_local struct engine_own ne_own;
 
 static int64_t now_ns(void)
 {
@@ -748,19 +754,23 @@ static void ne_deliver(struct ne_ctx *c)
 	c->done_head = c->done_tail = NULL;
 	pthread_mutex_unlock(&c->mu);
 	uint64_t n = 0;
+	for (struct ne_rq *x = rq; x; x = x->next)
+		n++;
+	if (!n)
+		return;
+	struct engine_own saved = engine_own_enter(&ne_own, c, n);
 	while (rq) {
 		struct ne_rq *next = rq->next;
 		struct folio_io *io = rq->io;
 		ssize_t res = rq->err ? rq->err : (ssize_t)io->len;
 		rq_free(rq);
 		folio_io_complete(io, res);
-		n++;
 		rq = next;
 	}
-	if (!n)
-		return;
+	engine_own_leave(&ne_own, saved);
 	pthread_mutex_lock(&c->mu);
 	c->outstanding -= n;
+	c->delivered += n;
 	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->mu);
 }
@@ -781,70 +791,124 @@ static void ne_timeouts(struct ne_ctx *c)
 	}
 }
 
-static void *ne_thread(void *arg)
+/* One round of driving the connections (the caller holds the driver
+ * role): poll their sockets (and the wake-up eventfd) for up to @ms, let
+ * libnbd read and write, close dead and late connections, send queued
+ * commands. */
+static void ne_drive(struct ne_ctx *c, int ms)
 {
-	struct ne_ctx *c = arg;
-	ne_self = c;
 	struct pollfd pfd[NE_MAX_CONNS + 1];
 	uint64_t gen[NE_MAX_CONNS];
 	unsigned idx[NE_MAX_CONNS];
+	nfds_t n = 0;
+	ne_self = c;
+	for (unsigned i = 0; i < c->nconn; i++) {
+		struct ne_conn *cn = &c->conn[i];
+		pthread_mutex_lock(&cn->hl);
+		if (cn->h) {
+			int fd = nbd_aio_get_fd(cn->h);
+			unsigned dir = nbd_aio_get_direction(cn->h);
+			if (fd >= 0) {
+				pfd[n].fd = fd;
+				pfd[n].events = (short)(
+					(dir & LIBNBD_AIO_DIRECTION_READ ? POLLIN : 0) |
+					(dir & LIBNBD_AIO_DIRECTION_WRITE ? POLLOUT : 0));
+				pfd[n].revents = 0;
+				gen[n] = cn->gen;
+				idx[n++] = i;
+			}
+		}
+		pthread_mutex_unlock(&cn->hl);
+	}
+	pfd[n] = (struct pollfd){.fd = c->wake_fd, .events = POLLIN};
+	int pr = poll(pfd, n + 1, ms);
+	if (pr > 0 && (pfd[n].revents & POLLIN)) {
+		uint64_t v;
+		ssize_t r = read(c->wake_fd, &v, sizeof(v));
+		(void)r;
+	}
+	for (nfds_t k = 0; pr > 0 && k < n; k++) {
+		short ev = pfd[k].revents;
+		if (!ev)
+			continue;
+		struct ne_conn *cn = &c->conn[idx[k]];
+		bool dead = false;
+		pthread_mutex_lock(&cn->hl);
+		if (cn->h && cn->gen == gen[k]) {
+			int r = 0;
+			if (ev & (POLLIN | POLLHUP | POLLERR | POLLNVAL))
+				r = nbd_aio_notify_read(cn->h);
+			if (r != -1 && (ev & POLLOUT))
+				r = nbd_aio_notify_write(cn->h);
+			dead = r == -1 || nbd_aio_is_dead(cn->h) == 1 ||
+			       nbd_aio_is_closed(cn->h) == 1;
+		}
+		pthread_mutex_unlock(&cn->hl);
+		if (dead)
+			conn_kill(c, idx[k], gen[k]);
+	}
+	ne_timeouts(c);
+	ne_dispatch(c);
+	ne_self = NULL;
+}
+
+/*
+ * The engine thread drives the connections while no wait() caller wants
+ * to: a thread that waits anyway polls the sockets itself and completes
+ * what arrives, so the reply to a sync's write wakes the syncing thread
+ * directly instead of the engine thread, which would then wake it (on a
+ * busy machine each wake-up is a scheduling delay on the critical path).
+ */
+static void *ne_thread(void *arg)
+{
+	struct ne_ctx *c = arg;
 	for (;;) {
 		pthread_mutex_lock(&c->mu);
+		while (!c->stop && (c->driving || c->want_drive))
+			pthread_cond_wait(&c->cond, &c->mu);
 		bool stop = c->stop;
+		c->driving = !stop;
 		pthread_mutex_unlock(&c->mu);
 		if (stop)
 			break;
-		nfds_t n = 0;
-		for (unsigned i = 0; i < c->nconn; i++) {
-			struct ne_conn *cn = &c->conn[i];
-			pthread_mutex_lock(&cn->hl);
-			if (cn->h) {
-				int fd = nbd_aio_get_fd(cn->h);
-				unsigned dir = nbd_aio_get_direction(cn->h);
-				if (fd >= 0) {
-					pfd[n].fd = fd;
-					pfd[n].events = (short)(
-						(dir & LIBNBD_AIO_DIRECTION_READ ? POLLIN : 0) |
-						(dir & LIBNBD_AIO_DIRECTION_WRITE ? POLLOUT : 0));
-					pfd[n].revents = 0;
-					gen[n] = cn->gen;
-					idx[n++] = i;
-				}
-			}
-			pthread_mutex_unlock(&cn->hl);
-		}
-		pfd[n] = (struct pollfd){.fd = c->wake_fd, .events = POLLIN};
-		int pr = poll(pfd, n + 1, NE_TICK_MS);
-		if (pr > 0 && (pfd[n].revents & POLLIN)) {
-			uint64_t v;
-			ssize_t r = read(c->wake_fd, &v, sizeof(v));
-			(void)r;
-		}
-		for (nfds_t k = 0; pr > 0 && k < n; k++) {
-			short ev = pfd[k].revents;
-			if (!ev)
-				continue;
-			struct ne_conn *cn = &c->conn[idx[k]];
-			bool dead = false;
-			pthread_mutex_lock(&cn->hl);
-			if (cn->h && cn->gen == gen[k]) {
-				int r = 0;
-				if (ev & (POLLIN | POLLHUP | POLLERR | POLLNVAL))
-					r = nbd_aio_notify_read(cn->h);
-				if (r != -1 && (ev & POLLOUT))
-					r = nbd_aio_notify_write(cn->h);
-				dead = r == -1 || nbd_aio_is_dead(cn->h) == 1 ||
-				       nbd_aio_is_closed(cn->h) == 1;
-			}
-			pthread_mutex_unlock(&cn->hl);
-			if (dead)
-				conn_kill(c, idx[k], gen[k]);
-		}
-		ne_timeouts(c);
-		ne_dispatch(c);
+		ne_drive(c, NE_TICK_MS);
+		pthread_mutex_lock(&c->mu);
+		c->driving = false;
+		pthread_cond_broadcast(&c->cond);
+		pthread_mutex_unlock(&c->mu);
 		ne_deliver(c);
 	}
 	return NULL;
+}
+
+static int ne_wait(void *arg)
+{
+	struct ne_ctx *c = arg;
+	uint64_t own = engine_own_of(&ne_own, c);
+	pthread_mutex_lock(&c->mu);
+	uint64_t seen = c->delivered;
+	c->want_drive++;
+	while (c->outstanding > own && c->delivered == seen) {
+		if (c->driving) {
+			/* Get the driver out of poll(): it hands over. */
+			ne_kick(c);
+			pthread_cond_wait(&c->cond, &c->mu);
+			continue;
+		}
+		c->driving = true;
+		pthread_mutex_unlock(&c->mu);
+		ne_drive(c, NE_TICK_MS);
+		pthread_mutex_lock(&c->mu);
+		c->driving = false;
+		pthread_cond_broadcast(&c->cond);
+		pthread_mutex_unlock(&c->mu);
+		ne_deliver(c);
+		pthread_mutex_lock(&c->mu);
+	}
+	c->want_drive--;
+	pthread_cond_broadcast(&c->cond); /* the engine thread may resume */
+	pthread_mutex_unlock(&c->mu);
+	return 0;
 }
 
 /* ---- creation and destruction ----------------------------------------- */
@@ -875,6 +939,7 @@ static void ne_destroy(void *arg)
 	while (c->outstanding)
 		pthread_cond_wait(&c->cond, &c->mu);
 	c->stop = true;
+	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->mu);
 	ne_kick(c);
 	pthread_join(c->thread, NULL);
@@ -927,6 +992,7 @@ static const struct folio_engine_ops ne_ops_base = {
 	.submit = ne_submit,
 	.flush = ne_flush,
 	.truncate = ne_truncate,
+	.wait = ne_wait,
 	.destroy = ne_destroy,
 };
 
