@@ -852,6 +852,17 @@ static void ne_drive(struct ne_ctx *c, int ms)
 	ne_self = NULL;
 }
 
+/* Drive once as the driver (mu not held), hand the role back, deliver. */
+static void ne_drive_round(struct ne_ctx *c)
+{
+	ne_drive(c, NE_TICK_MS);
+	pthread_mutex_lock(&c->mu);
+	c->driving = false;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->mu);
+	ne_deliver(c);
+}
+
 /*
  * The engine thread drives the connections while no wait() caller wants
  * to: a thread that waits anyway polls the sockets itself and completes
@@ -871,12 +882,7 @@ static void *ne_thread(void *arg)
 		pthread_mutex_unlock(&c->mu);
 		if (stop)
 			break;
-		ne_drive(c, NE_TICK_MS);
-		pthread_mutex_lock(&c->mu);
-		c->driving = false;
-		pthread_cond_broadcast(&c->cond);
-		pthread_mutex_unlock(&c->mu);
-		ne_deliver(c);
+		ne_drive_round(c);
 	}
 	return NULL;
 }
@@ -897,12 +903,7 @@ static int ne_wait(void *arg)
 		}
 		c->driving = true;
 		pthread_mutex_unlock(&c->mu);
-		ne_drive(c, NE_TICK_MS);
-		pthread_mutex_lock(&c->mu);
-		c->driving = false;
-		pthread_cond_broadcast(&c->cond);
-		pthread_mutex_unlock(&c->mu);
-		ne_deliver(c);
+		ne_drive_round(c);
 		pthread_mutex_lock(&c->mu);
 	}
 	c->want_drive--;
