@@ -397,8 +397,11 @@ int main(int argc, char **argv)
 	for (int r = 0; r < rounds; r++) {
 		fprintf(stderr, "round %d/%d\n", r + 1, rounds);
 		static const unsigned jobs[2] = {1, 8};
+		/* Each round starts with a different variant, so that no
+		 * variant always follows the same one. */
 		for (int jj = 0; jj < 2; jj++)
-			for (int v = 0; v < 3; v++) {
+			for (int k = 0; k < 3; k++) {
+				int v = (k + r) % 3;
 				double x = 0;
 				w[jj][v][r] = randwrite(v, jobs[jj], &x);
 				if (v == 0)
@@ -407,23 +410,23 @@ int main(int argc, char **argv)
 		/* Cold regions: a fresh one per round and variant. */
 		uint64_t base = (size / 2) + (uint64_t)r * 4 * region;
 		static const size_t calls[2] = {BS, 128 << 10};
+		double pm;
+		if (r % 2)
+			sr[0][2][r] = seqread(1, base + 0 * region, region,
+					      2 << 20, &pm);
 		for (int cc = 0; cc < 2; cc++) {
-			double pm = 0;
 			sr[cc][0][r] = seqread(0, base + cc * region, region,
-					       calls[cc], &pm);
-			if (!cc)
-				spm[0][r] = pm;
-			else
-				spm[1][r] = pm;
+					       calls[cc], &spm[cc][r]);
 			sr[cc][1][r] = seqread(2, base + (2 + cc) * region,
 					       region, calls[cc], &pm);
 		}
-		double pm;
-		sr[0][2][r] = seqread(1, base + 0 * region, region, 2 << 20, &pm);
-		for (int v = 0; v < 3; v++)
-			hot[v][r] = randread_hot(v, 0);
-		for (int v = 0; v < 2; v++)
-			s10[v][r] = sync_10k(v, offs, NSYNC);
+		if (!(r % 2))
+			sr[0][2][r] = seqread(1, base + 0 * region, region,
+					      2 << 20, &pm);
+		for (int k = 0; k < 3; k++)
+			hot[(k + r) % 3][r] = randread_hot((k + r) % 3, 0);
+		for (int k = 0; k < 2; k++)
+			s10[(k + r) % 2][r] = sync_10k((k + r) % 2, offs, NSYNC);
 	}
 	printf("# NBD comparison: delay filter 1 ms per read/write, %d "
 	       "interleaved rounds of %.1f s, medians (shared machine)\n",
