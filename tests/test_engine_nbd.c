@@ -601,8 +601,10 @@ static void test_server_killed(void **state)
 {
 	(void)state;
 	struct srv s;
+	/* Writes take 500 ms: the kill 30 ms after the sync starts lands
+	 * while they are in flight even on a loaded machine. */
 	const char *const args[] = {"--filter=delay", "file", "FILE",
-				    "delay-write=100ms", NULL};
+				    "delay-write=500ms", NULL};
 	srv_start(&s, 4u << 20, args);
 	struct folio_nbd_opts no = {.sz = sizeof(no), .timeout_ms = 5000};
 	struct folio_engine *e = NULL;
