@@ -150,6 +150,8 @@ struct folio_nbd_info {
 	uint64_t bytes_read;    /* payload bytes of read commands */
 	uint64_t flushes;       /* NBD_CMD_FLUSH sent */
 	uint64_t reconnects;    /* connections reopened after a drop */
+	uint64_t drops;         /* connections closed: dropped by the
+				 * server, failed, or timed out */
 };
 
 /**

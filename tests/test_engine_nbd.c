@@ -463,6 +463,34 @@ static void test_durable(void **state)
 	srv_stop(&s);
 }
 
+/* A durable write must also be a barrier over the plain writes completed
+ * before it: with a server that keeps unflushed writes in a cache (the
+ * cache filter in writeback mode) and is then killed, both the durable
+ * write and the plain one before it must be in the file. */
+static void test_durable_barrier(void **state)
+{
+	(void)state;
+	struct srv s;
+	const char *const args[] = {"--filter=cache", "file", "FILE",
+				    "cache=writeback", NULL};
+	srv_start(&s, 1u << 20, args);
+	struct folio_engine *e = nbd_new(&s, 0, 0, 0);
+	assert_true(e->ops.caps & FOLIO_ENGINE_CAP_DURABLE);
+	enum { LEN = 65536 };
+	unsigned char x[LEN], y[LEN], chk[2 * LEN];
+	fill(x, LEN, 31);
+	fill(y, LEN, 32);
+	assert_int_equal(do_io(e, FOLIO_IO_WRITE, 0, x, LEN, 1, 0), LEN);
+	assert_int_equal(durable_write(e, LEN, y, LEN), LEN);
+	srv_kill(&s);
+	srv_run(&s);
+	raw_read(&s, chk, sizeof(chk), 0);
+	assert_memory_equal(chk, x, LEN);
+	assert_memory_equal(chk + LEN, y, LEN);
+	assert_int_equal(folio_engine_free(e), 0);
+	srv_stop(&s);
+}
+
 /* ---- truncate ----------------------------------------------------------- */
 
 static void test_truncate(void **state)
@@ -654,6 +682,57 @@ static void test_server_killed(void **state)
 	srv_stop(&s);
 }
 
+/* A server that loses writes it acknowledged but was not asked to flush
+ * (nbdkit's cache filter in writeback mode keeps them in a temporary
+ * cache until a flush) is killed and restarted. The engine's next barrier
+ * must fail, so that the library writes the unflushed blocks again: a
+ * flush over the new connection alone would succeed with the block gone. */
+static void test_lost_unflushed(void **state)
+{
+	(void)state;
+	struct srv s;
+	const char *const args[] = {"--filter=cache", "file", "FILE",
+				    "cache=writeback", NULL};
+	srv_start(&s, 1u << 20, args);
+	struct folio_nbd_opts no = {.sz = sizeof(no), .timeout_ms = 5000};
+	struct folio_engine *e = NULL;
+	assert_int_equal(folio_engine_nbd(&e, s.uri, &no), 0);
+	struct folio_mapping_opts o = {.sz = sizeof(o), .engine = e,
+				       .size = 1u << 20};
+	struct folio_mapping *m;
+	assert_int_equal(folio_mapping_new(&m, &o), 0);
+	enum { LEN = 65536 };
+	unsigned char a[LEN], b[LEN], chk[2 * LEN];
+	fill(a, LEN, 21);
+	fill(b, LEN, 22);
+	assert_int_equal(folio_mapping_write(m, a, LEN, 0), LEN);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(folio_mapping_write(m, b, LEN, LEN), LEN);
+	struct folio_writeback_opts wo = {.sz = sizeof(wo),
+					  .flags = FOLIO_WB_WAIT};
+	assert_int_equal(folio_mapping_writeback(m, &wo), LEN);
+
+	uint64_t drops = nbd_info(e).drops;
+	srv_kill(&s);
+	for (int i = 0; i < 500 && nbd_info(e).drops == drops; i++)
+		sleep_ms(10);
+	assert_true(nbd_info(e).drops > drops); /* the engine saw it */
+	srv_run(&s);
+	raw_read(&s, chk, sizeof(chk), 0);
+	assert_memory_equal(chk, a, LEN);
+	/* The premise: the server lost b, which it had acknowledged. */
+	assert_true(all_bytes(chk + LEN, LEN, 0));
+
+	assert_true(folio_mapping_sync(m, NULL) < 0);
+	assert_int_equal(sync_until_ok(m), 0);
+	raw_read(&s, chk, sizeof(chk), 0);
+	assert_memory_equal(chk, a, LEN);
+	assert_memory_equal(chk + LEN, b, LEN);
+	assert_int_equal(folio_mapping_free(m), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	srv_stop(&s);
+}
+
 /* A server that stops answering (SIGSTOP): requests fail after the
  * timeout instead of hanging the sync; once it answers again a sync
  * writes everything. */
@@ -754,9 +833,11 @@ int main(void)
 		cmocka_unit_test(test_chain),
 		cmocka_unit_test(test_wait),
 		cmocka_unit_test(test_durable),
+		cmocka_unit_test(test_durable_barrier),
 		cmocka_unit_test(test_truncate),
 		cmocka_unit_test(test_model),
 		cmocka_unit_test(test_server_killed),
+		cmocka_unit_test(test_lost_unflushed),
 		cmocka_unit_test(test_server_hangs),
 		cmocka_unit_test(test_free_in_flight),
 	};

@@ -336,6 +336,7 @@ static void conn_kill(struct ne_ctx *c, unsigned i, uint64_t gen)
 		return;
 	pthread_mutex_lock(&c->mu);
 	c->lost = true;
+	c->st.drops++;
 	while (cn->sent.next != &cn->sent)
 		cmd_finish(c, cn->sent.next, -EIO);
 	pthread_mutex_unlock(&c->mu);
