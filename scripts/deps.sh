@@ -5,7 +5,7 @@ set -euo pipefail
 
 FOLIO_PACKAGES=(meson ninja-build pkg-config gcc g++ clang libclang-rt-14-dev
                 libcmocka-dev liburing-dev liburcu-dev valgrind gnuplot-nox python3
-                fuse3 libfuse3-dev sqlite3 fio git)
+                fuse3 libfuse3-dev sqlite3 fio git libnbd-dev nbdkit libnbd-bin)
 
 missing=()
 for p in "${FOLIO_PACKAGES[@]}"; do

@@ -7,6 +7,7 @@
  */
 #include "folio_state.h"
 #include "folio_state_mem.h"
+#include "folio_state_nbd.h"
 
 size_t header_c99_use(struct folio *f, struct folio_range *r);
 uint64_t header_c99_use_mem(struct folio_mem_stats *st,
@@ -28,4 +29,11 @@ size_t header_c99_use(struct folio *f, struct folio_range *r)
 	bool up = folio_test_uptodate(f);
 	return (size_t)len + io.len + (size_t)ext.len + (up ? 1u : 0u) +
 	       FOLIO_MAX_SIZE;
+}
+
+/* The NBD engine's sized structs. */
+unsigned header_c99_use_nbd(struct folio_nbd_opts *o, struct folio_nbd_info *i);
+unsigned header_c99_use_nbd(struct folio_nbd_opts *o, struct folio_nbd_info *i)
+{
+	return o->connections + o->depth + i->connections;
 }

@@ -3,7 +3,9 @@
 // must link with C linkage (a missing extern "C" fails at link time).
 #include "folio_state.h"
 #include "folio_state_mem.h"
+#include "folio_state_nbd.h"
 
+#include <cerrno>
 #include <cstdio>
 
 int main()
@@ -23,6 +25,10 @@ int main()
 	if (folio_engine_mem(&e, 1 << 20) != 0 ||
 	    folio_engine_mem_poke(e, "x", 1, 0) != 0 ||
 	    folio_engine_free(e) != 0)
+		return 1;
+	struct folio_nbd_opts nopts = {};
+	nopts.sz = sizeof(nopts);
+	if (folio_engine_nbd(&e, "http://x", &nopts) != -EINVAL)
 		return 1;
 	std::printf("folio API from C++: %s\n", clean ? "ok" : "FAILED");
 	return clean ? 0 : 1;

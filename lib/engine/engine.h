@@ -17,6 +17,7 @@ enum engine_kind {
 	ENGINE_POSIX,
 	ENGINE_URING,
 	ENGINE_MEM,
+	ENGINE_NBD,
 };
 
 struct folio_engine {
