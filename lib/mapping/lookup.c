@@ -264,9 +264,9 @@ static struct folio *create_charged(struct folio_mapping *m, uint64_t pos,
 	return f;
 }
 
-struct folio *mapping_find_or_create_locked(
-	struct folio_mapping *m, uint64_t pos, size_t len_hint,
-	struct mapping_cache_credit *credit, int *err)
+struct folio *mapping_grab(struct folio_mapping *m, uint64_t pos,
+			   size_t len_hint,
+			   struct mapping_cache_credit *credit, int *err)
 {
 	for (;;) {
 		struct folio *f;
@@ -322,12 +322,12 @@ struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos,
 	if (f && !(folio_holds(f, pos) && folio_lock_nowait(f)))
 		f = NULL;
 	if (f && folio_test_removed(f)) {
-		folio_release(f);
+		folio_unlock_held(f);
 		f = NULL;
 	}
 	epoch_read_exit(ep);
 	/* The first use of a folio read ahead is its creator's use
-	 * (mapping_find_or_create_locked()): no access, and it becomes the
+	 * (mapping_grab()): no access, and it becomes the
 	 * hint, as a folio the reader created would, so that the reader's
 	 * next small steps through it are no accesses either (a sequential
 	 * pass must not look hot). Once per folio: random hits still change
