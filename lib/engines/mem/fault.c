@@ -49,8 +49,7 @@ int folio_engine_mem_inject(struct folio_engine *e,
 	/* A caller's struct may predate the later fields: they are 0. */
 	struct folio_mem_fault f = {0};
 	memcpy(&f, fault, MIN(fault->sz, sizeof(f)));
-	if (fault->sz < offsetof(struct folio_mem_fault, flags) +
-			sizeof(f.flags))
+	if (!OPTS_HAS(fault, flags))
 		f.flags = 0;
 	fault = &f;
 	if (!fault->ops ||

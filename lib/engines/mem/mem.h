@@ -36,8 +36,7 @@
 
 #define MEM_MAX_RULES 64
 /* sizeof(struct folio_mem_fault) before the flags field was added. */
-#define MEM_FAULT_SZ_V0 \
-	(offsetof(struct folio_mem_fault, short_len) + sizeof(size_t))
+#define MEM_FAULT_SZ_V0 SIZEOF_THROUGH(struct folio_mem_fault, short_len)
 #define MEM_MAX_ERRNO 4095
 
 struct mem_leaf {
