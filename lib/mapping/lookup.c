@@ -3,6 +3,7 @@
  * Finding the folio at a position: lock-free lookups, the per-thread
  * hint, and creating folios charged to the mapping's cache.
  */
+#include "base/tls.h"
 #include "mapping/cache.h"
 #include "mapping/lookup.h"
 #include "mapping/wait.h"
@@ -140,10 +141,6 @@ static struct folio *create_folio(struct folio_mapping *m, uint64_t pos,
 
 _Thread_local struct mapping_hint mapping_hint TLS_FAST;
 
-static pthread_key_t hint_key;
-static pthread_once_t hint_once = PTHREAD_ONCE_INIT;
-static bool hint_key_ok;
-
 /* Take the hint out; the caller lets its reference go (outside any
  * index lock: it may be the last one). */
 static struct folio *hint_take(bool *pinned)
@@ -169,10 +166,7 @@ static void hint_destructor(void *unused)
 	hint_release(f, pinned);
 }
 
-static void hint_key_create(void)
-{
-	hint_key_ok = !pthread_key_create(&hint_key, hint_destructor);
-}
+static struct tls_exit hint_exit = TLS_EXIT_INIT(hint_destructor);
 
 /* Make f the hint, pinning the reference the caller took for it when
  * `adopt`, else a new one (the caller holds index_lock or f's lock, so
@@ -182,14 +176,11 @@ static struct folio *hint_set(struct folio_mapping *m, struct folio *f,
 			      bool adopt, bool *old_pinned)
 {
 	struct folio *old = hint_take(old_pinned);
-	if (!mapping_hint.registered) {
-		pthread_once(&hint_once, hint_key_create);
-		/* Without the key a thread that exits leaks its last
-		 * folio's memory; everything still works. */
+	/* Without the hook a thread that exits leaks its last folio's
+	 * memory; everything still works. */
+	if (!mapping_hint.registered)
 		mapping_hint.registered =
-			hint_key_ok &&
-			!pthread_setspecific(hint_key, &mapping_hint);
-	}
+			!tls_exit_arm(&hint_exit, &mapping_hint);
 	mapping_hint.pinned = adopt ? folio_hint_adopt(f) : folio_hint_get(f);
 	mapping_hint.folio = f;
 	mapping_hint.pos = f->pos;
