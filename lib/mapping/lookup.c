@@ -79,8 +79,8 @@ static uint64_t pow2_floor(uint64_t x)
 	return UINT64_C(1) << ilog2_u64(x);
 }
 
-/* The size create_folio() tries first for a folio holding pos: at most
- * what it will allocate, so the cache is charged for it up front. */
+/* The size create_folio_locked() tries first for a folio holding pos:
+ * at most what it will allocate, so the cache is charged for it up front. */
 static uint64_t planned_size(const struct folio_mapping *m, uint64_t pos,
 			     size_t len_hint, uint64_t *startp)
 {
@@ -104,12 +104,13 @@ static uint64_t planned_size(const struct folio_mapping *m, uint64_t pos,
  * remaining length, that start's alignment and the max folio size allow;
  * it halves while it would overlap a neighbour. The folio goes in locked
  * (nobody can see it before, so the trylock cannot fail): a reclaimer
- * cannot take it before its creator has used it. Caller holds index_lock
- * exclusively and has checked that no folio holds pos, so the min size
+ * cannot take it before its creator has used it. Needs index_lock
+ * exclusive, and a check that no folio holds pos first, so the min size
  * always fits.
  */
-static struct folio *create_folio(struct folio_mapping *m, uint64_t pos,
-				  size_t len_hint, int *err)
+static struct folio *create_folio_locked(struct folio_mapping *m,
+					 uint64_t pos, size_t len_hint,
+					 int *err)
 {
 	size_t min = (size_t)1 << m->min_shift;
 	uint64_t start;
@@ -234,7 +235,7 @@ static struct folio *create_charged(struct folio_mapping *m, uint64_t pos,
 	if (f) {
 		*found = true;
 	} else {
-		f = create_folio(m, pos, len_hint, err);
+		f = create_folio_locked(m, pos, len_hint, err);
 	}
 	if (f && quiet)
 		folio_get(f);

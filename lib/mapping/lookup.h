@@ -86,10 +86,11 @@ static inline struct folio *mapping_trylock_hint(struct folio_mapping *m,
 
 /*
  * Grab the folio holding pos: found, or created when absent (see
- * create_folio() for its size; a new folio is inserted locked), and
- * returned locked and still in the index. The caller holds io_lock shared and may hold locks of folios
- * below pos. The folio stays valid while the caller holds its lock: it
- * can leave the index only under that lock.
+ * create_folio_locked() for its size; a new folio is inserted locked),
+ * and returned locked and still in the index. The caller holds io_lock
+ * shared and may hold locks of folios below pos. The folio stays valid
+ * while the caller holds its lock: it can leave the index only under
+ * that lock.
  *
  * Repeated hits on one folio are served from a per-thread hint that
  * holds a pinned reference (folio_hint_get()): it keeps the folio's

@@ -9,9 +9,9 @@
 
 /* Every matching rule counts the call, so each rule's skip/count window
  * is independent; the first rule added that fires decides. */
-const struct folio_mem_fault *mem_fault_check(struct mem_ctx *c,
-					      unsigned opbit,
-					      const struct folio_io *io)
+const struct folio_mem_fault *mem_fault_check_locked(struct mem_ctx *c,
+						     unsigned opbit,
+						     const struct folio_io *io)
 {
 	const struct folio_mem_fault *fired = NULL;
 	for (unsigned i = 0; i < c->nrules; i++) {
