@@ -686,18 +686,37 @@ static void check_refused(struct folio_engine *e, struct tio *t)
 	assert_int_equal(tio_done(t), 0);
 }
 
+/* tfile_open() and an O_DIRECT descriptor of the file: the descriptor,
+ * or -1 with nothing left open when the test cannot run (no directory,
+ * or a filesystem without O_DIRECT: the test is skipped). */
+static int tfile_open_direct(struct tfile *f, void **state)
+{
+	if (!tfile_open(f, state))
+		return -1;
+	int fd = open(f->path, O_RDWR | O_DIRECT);
+	if (fd < 0) {
+		printf("# O_DIRECT not supported in %s (%s)\n", f->w->dir,
+		       strerror(errno));
+		tfile_close(f);
+	}
+	return fd;
+}
+
+/* The end of an O_DIRECT test: its two buffers, descriptor and file. */
+static void direct_close(struct tfile *f, int fd, char *in, char *out)
+{
+	free(in);
+	free(out);
+	close(fd);
+	tfile_close(f);
+}
+
 void fe_test_direct(void **state)
 {
 	struct tfile f;
-	if (!tfile_open(&f, state))
+	int fd = tfile_open_direct(&f, state);
+	if (fd < 0)
 		return;
-	int fd = open(f.path, O_RDWR | O_DIRECT);
-	if (fd < 0) {
-		printf("# O_DIRECT not supported in %s (%s)\n", f.w->dir,
-		       strerror(errno));
-		tfile_close(&f);
-		return;
-	}
 	enum { LEN = 65536 };
 	char *in = xaligned(LEN), *out = xaligned(LEN);
 	fill(in, LEN, 7);
@@ -749,10 +768,7 @@ void fe_test_direct(void **state)
 		assert_int_equal(eng_flush(e), 0);
 		assert_int_equal(folio_engine_free(e), 0);
 	}
-	free(in);
-	free(out);
-	close(fd);
-	tfile_close(&f);
+	direct_close(&f, fd, in, out);
 }
 
 /*
@@ -764,15 +780,9 @@ void fe_test_direct(void **state)
 void fe_test_direct_tail(void **state)
 {
 	struct tfile f;
-	if (!tfile_open(&f, state))
+	int fd = tfile_open_direct(&f, state);
+	if (fd < 0)
 		return;
-	int fd = open(f.path, O_RDWR | O_DIRECT);
-	if (fd < 0) {
-		printf("# O_DIRECT not supported in %s (%s)\n", f.w->dir,
-		       strerror(errno));
-		tfile_close(&f);
-		return;
-	}
 	enum { LEN = 16384 };
 	char *in = xaligned(LEN), *out = xaligned(LEN);
 	fill(in, LEN, 9);
@@ -810,10 +820,7 @@ void fe_test_direct_tail(void **state)
 	check_refused(e, &t);
 	tio_free(&t);
 	assert_int_equal(folio_engine_free(e), 0);
-	free(in);
-	free(out);
-	close(fd);
-	tfile_close(&f);
+	direct_close(&f, fd, in, out);
 }
 
 /* Descriptors positioned I/O cannot use are refused at creation: a

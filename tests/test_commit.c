@@ -39,6 +39,30 @@ static struct folio_mapping *new_mapping(struct folio_engine *e,
 	return m;
 }
 
+/* A 1 MiB mem engine, with a volatile cache when asked, and a mapping of
+ * it (new_mapping()). */
+static struct folio_mapping *mem_mapping(struct folio_engine **e,
+					 bool volatile_cache,
+					 size_t max_folio, unsigned flags)
+{
+	assert_int_equal(folio_engine_mem(e, 1u << 20), 0);
+	if (volatile_cache)
+		assert_int_equal(folio_engine_mem_set_volatile(*e, true), 0);
+	return new_mapping(*e, max_folio, flags);
+}
+
+/* The next engine call among `ops` (FOLIO_MEM_OP_*) fails with -EIO;
+ * `flags` are the rule's FOLIO_MEM_FAULT_* flags. */
+static void fail_next(struct folio_engine *e, unsigned ops, unsigned flags)
+{
+	struct folio_mem_fault f = {.sz = sizeof(f),
+				    .ops = ops,
+				    .count = 1,
+				    .error = -EIO,
+				    .flags = flags};
+	assert_int_equal(folio_engine_mem_inject(e, &f), 0);
+}
+
 static void pattern(unsigned char *p, size_t n, unsigned seed)
 {
 	for (size_t i = 0; i < n; i++)
@@ -54,19 +78,12 @@ static void pattern(unsigned char *p, size_t n, unsigned seed)
 static void flush_failure_rewrites(unsigned fault_flags)
 {
 	struct folio_engine *e;
-	assert_int_equal(folio_engine_mem(&e, 1u << 20), 0);
-	assert_int_equal(folio_engine_mem_set_volatile(e, true), 0);
-	struct folio_mapping *m = new_mapping(e, 64 * KIB, 0);
+	struct folio_mapping *m = mem_mapping(&e, true, 64 * KIB, 0);
 	unsigned char data[3 * 4096 + 100], got[sizeof(data)];
 	pattern(data, sizeof(data), 1);
 	assert_int_equal(folio_mapping_write(m, data, sizeof(data), 5000),
 			 sizeof(data));
-	struct folio_mem_fault fault = {.sz = sizeof(fault),
-					.ops = FOLIO_MEM_OP_FLUSH,
-					.count = 1,
-					.error = -EIO,
-					.flags = fault_flags};
-	assert_int_equal(folio_engine_mem_inject(e, &fault), 0);
+	fail_next(e, FOLIO_MEM_OP_FLUSH, fault_flags);
 	folio_errseq_t other = folio_mapping_err_cursor(m);
 	assert_int_equal(folio_mapping_sync(m, NULL), -EIO);
 	/* Everything the failed flush covered is dirty again. */
@@ -107,19 +124,14 @@ static void test_flush_failure_drop_policy(void **state)
 {
 	(void)state;
 	struct folio_engine *e;
-	assert_int_equal(folio_engine_mem(&e, 1u << 20), 0);
-	struct folio_mapping *m = new_mapping(e, 64 * KIB,
+	struct folio_mapping *m = mem_mapping(&e, false, 64 * KIB,
 					      FOLIO_MAPPING_DROP_ON_ERROR);
 	unsigned char data[4096] = {7};
 	assert_int_equal(folio_mapping_write(m, data, sizeof(data), 0),
 			 sizeof(data));
 	assert_int_equal(folio_mapping_writeback(m, NULL), 4096);
 	assert_int_equal(test_mapping_stats(m).unstable_bytes, 0);
-	struct folio_mem_fault fault = {.sz = sizeof(fault),
-					.ops = FOLIO_MEM_OP_FLUSH,
-					.count = 1,
-					.error = -EIO};
-	assert_int_equal(folio_engine_mem_inject(e, &fault), 0);
+	fail_next(e, FOLIO_MEM_OP_FLUSH, 0);
 	assert_int_equal(folio_mapping_sync(m, NULL), -EIO);
 	uint64_t writes = test_mem_stats(e).write_requests;
 	assert_int_equal(folio_mapping_sync(m, NULL), 0);
@@ -138,8 +150,7 @@ static void test_redone_truncate_then_discard(void **state)
 {
 	(void)state;
 	struct folio_engine *e;
-	assert_int_equal(folio_engine_mem(&e, 1u << 20), 0);
-	struct folio_mapping *m = new_mapping(e, 64 * KIB, 0);
+	struct folio_mapping *m = mem_mapping(&e, false, 64 * KIB, 0);
 	unsigned char data[20000];
 	pattern(data, sizeof(data), 3);
 	assert_int_equal(folio_mapping_write(m, data, sizeof(data), 0),
@@ -154,12 +165,8 @@ static void test_redone_truncate_then_discard(void **state)
 					 .pos = 8192,
 					 .len = 4096,
 					 .error = -EIO};
-	struct folio_mem_fault ffault = {.sz = sizeof(ffault),
-					 .ops = FOLIO_MEM_OP_FLUSH,
-					 .count = 1,
-					 .error = -EIO};
 	assert_int_equal(folio_engine_mem_inject(e, &wfault), 0);
-	assert_int_equal(folio_engine_mem_inject(e, &ffault), 0);
+	fail_next(e, FOLIO_MEM_OP_FLUSH, 0);
 	assert_int_equal(folio_mapping_sync(m, NULL), -EIO);
 	assert_int_equal(test_mem_stats(e).size, 12288);
 	assert_int_equal(folio_engine_mem_clear_faults(e), 0);
@@ -187,10 +194,8 @@ static void test_failed_redo_is_owed(void **state)
 {
 	(void)state;
 	struct folio_engine *e;
-	assert_int_equal(folio_engine_mem(&e, 1u << 20), 0);
-	assert_int_equal(folio_engine_mem_set_volatile(e, true), 0);
 	/* One-block folios: the clean ones of the cut range can go. */
-	struct folio_mapping *m = new_mapping(e, 4096, 0);
+	struct folio_mapping *m = mem_mapping(&e, true, 4096, 0);
 	unsigned char data[64 * 1024], got[64 * 1024];
 	pattern(data, sizeof(data), 3);
 	assert_int_equal(folio_mapping_write(m, data, sizeof(data), 0),
@@ -198,15 +203,8 @@ static void test_failed_redo_is_owed(void **state)
 	assert_int_equal(folio_mapping_sync(m, NULL), 0);
 	assert_int_equal(folio_mapping_truncate(m, 10000), 0);
 	assert_int_equal(folio_mapping_write(m, data, 100, 20000), 100);
-	struct folio_mem_fault lose = {.sz = sizeof(lose),
-				       .ops = FOLIO_MEM_OP_FLUSH,
-				       .count = 1, .error = -EIO,
-				       .flags = FOLIO_MEM_FAULT_LOSE};
-	struct folio_mem_fault cut = {.sz = sizeof(cut),
-				      .ops = FOLIO_MEM_OP_TRUNCATE,
-				      .count = 1, .error = -EIO};
-	assert_int_equal(folio_engine_mem_inject(e, &lose), 0);
-	assert_int_equal(folio_engine_mem_inject(e, &cut), 0);
+	fail_next(e, FOLIO_MEM_OP_FLUSH, FOLIO_MEM_FAULT_LOSE);
+	fail_next(e, FOLIO_MEM_OP_TRUNCATE, 0);
 	assert_int_equal(folio_mapping_sync(m, NULL), -EIO);
 	/* The store is the durable one again, 64 KiB long, its old tail
 	 * back; reads must not see it, cached or not. */
@@ -237,8 +235,7 @@ static void test_unstable_kept(void **state)
 {
 	(void)state;
 	struct folio_engine *e;
-	assert_int_equal(folio_engine_mem(&e, 1u << 20), 0);
-	struct folio_mapping *m = new_mapping(e, 16 * KIB, 0);
+	struct folio_mapping *m = mem_mapping(&e, false, 16 * KIB, 0);
 	unsigned char data[10000];
 	pattern(data, sizeof(data), 2);
 	assert_int_equal(folio_mapping_write(m, data, sizeof(data), 0),

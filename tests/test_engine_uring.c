@@ -438,69 +438,78 @@ static void test_orphans(void **state)
 	tfile_close(&f);
 }
 
-static void test_reentrant_submit(void **state)
+/* Run `body` on an engine of a new file with queue depth `depth`, once
+ * reaping in the submitting threads and once with a completion thread.
+ * The body frees the engine (when is part of what it tests). */
+static void in_both_modes(unsigned depth,
+			  void (*body)(struct folio_engine *e, int fd))
 {
 	struct tfile f;
 	if (!tfile_open(&f, NULL))
 		return;
-	for (int thread = 0; thread < 2; thread++) {
-		struct folio_engine *e = uring_new(
-			f.fd, 2, thread ? FOLIO_URING_COMPLETION_THREAD : 0);
-		struct chain *ch = chain_run(e, 32, 50);
-		assert_int_equal(folio_engine_free(e), 0);
-		for (int i = 0; i < ch->n; i++) {
-			char chk[512];
-			assert_int_equal(pread(f.fd, chk, 512, i * 512), 512);
-			assert_memory_equal(chk, ch->buf[i], 512);
-		}
-		chain_finish(ch);
-	}
+	for (int thread = 0; thread < 2; thread++)
+		body(uring_new(f.fd, depth,
+			       thread ? FOLIO_URING_COMPLETION_THREAD : 0),
+		     f.fd);
 	tfile_close(&f);
+}
+
+static void reentrant_submit(struct folio_engine *e, int fd)
+{
+	struct chain *ch = chain_run(e, 32, 50);
+	assert_int_equal(folio_engine_free(e), 0);
+	for (int i = 0; i < ch->n; i++) {
+		char chk[512];
+		assert_int_equal(pread(fd, chk, 512, i * 512), 512);
+		assert_memory_equal(chk, ch->buf[i], 512);
+	}
+	chain_finish(ch);
+}
+
+static void test_reentrant_submit(void **state)
+{
+	in_both_modes(2, reentrant_submit);
+}
+
+static void wait_in_completion(struct folio_engine *e, int fd)
+{
+	(void)fd;
+	check_wait_in_completion(e);
+	assert_int_equal(folio_engine_free(e), 0);
 }
 
 static void test_wait_in_completion(void **state)
 {
-	struct tfile f;
-	if (!tfile_open(&f, NULL))
-		return;
-	for (int thread = 0; thread < 2; thread++) {
-		struct folio_engine *e = uring_new(
-			f.fd, 4, thread ? FOLIO_URING_COMPLETION_THREAD : 0);
-		check_wait_in_completion(e);
-		assert_int_equal(folio_engine_free(e), 0);
-	}
-	tfile_close(&f);
+	in_both_modes(4, wait_in_completion);
 }
 
 /* Freeing the engine completes everything first, even requests that were
  * only queued. */
+static void destroy_in_flight(struct folio_engine *e, int fd)
+{
+	(void)fd;
+	enum { N = 100 };
+	struct tio t[N];
+	static char buf[N][4096];
+	for (int i = 0; i < N; i++) {
+		fill(buf[i], 4096, (uint64_t)i + 9);
+		tio_prep(&t[i], FOLIO_IO_WRITE, (uint64_t)i * 4096, buf[i],
+			 4096, 1, 0);
+		assert_int_equal(eng_submit(e, &t[i]), 0);
+		if (i == N / 2)
+			assert_int_equal(eng_unplug(e), 0);
+	}
+	assert_int_equal(folio_engine_free(e), 0);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(tio_done(&t[i]), 1);
+		assert_int_equal(atomic_load(&t[i].result), 4096);
+		tio_free(&t[i]);
+	}
+}
+
 static void test_destroy_in_flight(void **state)
 {
-	struct tfile f;
-	if (!tfile_open(&f, NULL))
-		return;
-	for (int thread = 0; thread < 2; thread++) {
-		struct folio_engine *e = uring_new(
-			f.fd, 4, thread ? FOLIO_URING_COMPLETION_THREAD : 0);
-		enum { N = 100 };
-		struct tio t[N];
-		static char buf[N][4096];
-		for (int i = 0; i < N; i++) {
-			fill(buf[i], 4096, (uint64_t)i + 9);
-			tio_prep(&t[i], FOLIO_IO_WRITE, (uint64_t)i * 4096,
-				 buf[i], 4096, 1, 0);
-			assert_int_equal(eng_submit(e, &t[i]), 0);
-			if (i == N / 2)
-				assert_int_equal(eng_unplug(e), 0);
-		}
-		assert_int_equal(folio_engine_free(e), 0);
-		for (int i = 0; i < N; i++) {
-			assert_int_equal(tio_done(&t[i]), 1);
-			assert_int_equal(atomic_load(&t[i].result), 4096);
-			tio_free(&t[i]);
-		}
-	}
-	tfile_close(&f);
+	in_both_modes(4, destroy_in_flight);
 }
 
 static void test_depths(void **state)

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "alloc/internal.h"
+#include "base/tls.h"
 
 struct alloc_mag {
 	atomic_uint n;
@@ -264,14 +265,14 @@ void alloc_obj_free(struct alloc_arena *a, struct alloc_tcache *tc,
 
 static _Thread_local struct alloc_tcache *tc_self TLS_FAST;
 static pthread_once_t tc_once = PTHREAD_ONCE_INIT;
-static pthread_key_t tc_key;
-static bool tc_key_ok;
 
 static void tc_exit(void *v)
 {
 	tc_self = TC_DEAD;
 	alloc_tcache_destroy(v);
 }
+
+static struct tls_exit tc_exit_hook = TLS_EXIT_INIT(tc_exit);
 
 /* fork() in a threaded program: the child must not inherit the arena's
  * lock held by a thread that does not exist there. The other threads'
@@ -287,21 +288,18 @@ static void atfork_release(void)
 	pthread_mutex_unlock(&alloc_default_arena.lock);
 }
 
-static void tc_init_once(void)
+static void atfork_register(void)
 {
-	tc_key_ok = !pthread_key_create(&tc_key, tc_exit);
 	pthread_atfork(atfork_prepare, atfork_release, atfork_release);
 }
 
 static struct alloc_tcache *tc_create(void)
 {
-	pthread_once(&tc_once, tc_init_once);
-	if (!tc_key_ok)
-		return NULL;
+	pthread_once(&tc_once, atfork_register);
 	struct alloc_tcache *tc = alloc_tcache_new(&alloc_default_arena);
 	if (!tc)
 		return NULL;
-	if (pthread_setspecific(tc_key, tc)) {
+	if (tls_exit_arm(&tc_exit_hook, tc)) {
 		alloc_tcache_destroy(tc);
 		return NULL;
 	}

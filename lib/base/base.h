@@ -66,8 +66,21 @@ static inline int sized_check(const void *p, size_t sz, size_t min,
 	return 0;
 }
 
-/* offsetof + sizeof of a member: the size a struct must have to hold it. */
+/* offsetof + sizeof of a member: the size a struct must have to hold it.
+ * A sized struct's minimum (sized_check()'s `min`) is the SIZEOF_THROUGH
+ * of its last required field. */
 #define SIZEOF_THROUGH(type, member) \
 	(offsetof(type, member) + sizeof(((type *)0)->member))
+
+/* Does the caller's sized struct *p (p->sz bytes, checked by
+ * sized_check()) reach `member`? An older caller's struct ends before
+ * the members added after it was built. */
+#define OPTS_HAS(p, member) \
+	((p)->sz >= SIZEOF_THROUGH(__typeof__(*(p)), member))
+
+/* `member` of the caller's sized struct *p, or `fallback` when the
+ * struct ends before it. */
+#define OPTS_GET(p, member, fallback) \
+	(OPTS_HAS(p, member) ? (p)->member : (fallback))
 
 #endif

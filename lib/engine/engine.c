@@ -10,9 +10,7 @@
 #include "engine/engine.h"
 
 /* Every callback up to and including truncate is required. */
-#define OPS_REQUIRED_SZ \
-	(offsetof(struct folio_engine_ops, truncate) + \
-	 sizeof(((struct folio_engine_ops *)0)->truncate))
+#define OPS_REQUIRED_SZ SIZEOF_THROUGH(struct folio_engine_ops, truncate)
 
 int engine_create(struct folio_engine **out,
 		  const struct folio_engine_ops *ops, void *ctx,
@@ -25,8 +23,7 @@ int engine_create(struct folio_engine **out,
 		return r;
 	if (!ops->submit || !ops->flush || !ops->truncate)
 		return -EINVAL;
-	if (ops->sz >= SIZEOF_THROUGH(struct folio_engine_ops, caps) &&
-	    (ops->caps & ~(uint64_t)FOLIO_ENGINE_CAP_DURABLE))
+	if (OPTS_GET(ops, caps, 0) & ~(uint64_t)FOLIO_ENGINE_CAP_DURABLE)
 		return -EINVAL;
 	struct folio_engine *e = calloc(1, sizeof(*e));
 	if (!e)

@@ -254,7 +254,7 @@ static struct ushard *my_shard(struct uring_ctx *c)
 	return ok ? s : &c->shards[0];
 }
 
-/* Hand prepared SQEs to the kernel (lock held). Errors the next call may
+/* Hand prepared SQEs to the kernel. Errors the next call may
  * get past (-EAGAIN, -EBUSY, -EINTR) leave the SQEs queued. */
 static int uring_submit_locked(struct ushard *s)
 {
@@ -293,7 +293,7 @@ static void prep_datasync(struct ushard *s, struct io_uring_sqe *sqe,
 	io_uring_sqe_set_data(sqe, (void *)((uintptr_t)r | UREQ_SYNC_TAG));
 }
 
-/* Put the rest of request r into the ring, or return false (lock held). */
+/* Put the rest of request r into the ring, or return false. */
 static bool uring_queue_locked(struct ushard *s, struct ureq *r)
 {
 	/* A ring of one SQE cannot hold the pair: there the write goes
@@ -328,7 +328,7 @@ static bool uring_queue_locked(struct ushard *s, struct ureq *r)
 	return true;
 }
 
-/* Move backlog requests into the ring while there is room (lock held). */
+/* Move backlog requests into the ring while there is room. */
 static void uring_refill_locked(struct ushard *s)
 {
 	while (s->backlog.head && uring_queue_locked(s, s->backlog.head))
@@ -376,9 +376,9 @@ static bool retryable(struct ureq *r, int res)
 	       ++r->retries <= URING_MAX_RETRIES;
 }
 
-/* Decide what a transfer's CQE means for r (reaper, lock held). */
-static enum cqe_action ureq_rw_cqe(const struct uring_ctx *c, struct ureq *r,
-				   int res)
+/* Decide what a transfer's CQE means for r (reaper). */
+static enum cqe_action ureq_rw_cqe_locked(const struct uring_ctx *c,
+					  struct ureq *r, int res)
 {
 	if (retryable(r, res))
 		return CQE_AGAIN;
@@ -404,7 +404,7 @@ static enum cqe_action ureq_durable_cqe(const struct uring_ctx *c,
 					struct ureq *r)
 {
 	if (!r->sync_only) {
-		enum cqe_action a = ureq_rw_cqe(c, r, r->wres);
+		enum cqe_action a = ureq_rw_cqe_locked(c, r, r->wres);
 		if (a != CQE_DONE || r->result != (ssize_t)r->io->len)
 			return a;
 		if (!r->linked) {
@@ -429,7 +429,7 @@ static enum cqe_action ureq_cqe(const struct uring_ctx *c, void *data,
 	struct ureq *r = (struct ureq *)(v & ~UREQ_SYNC_TAG);
 	*rp = r;
 	if (!r->durable)
-		return ureq_rw_cqe(c, r, res);
+		return ureq_rw_cqe_locked(c, r, res);
 	if (v & UREQ_SYNC_TAG)
 		r->sres = res;
 	else
@@ -747,7 +747,7 @@ static void *uring_thread_main(void *arg)
 	return NULL;
 }
 
-/* Wait until nothing of shard s is in flight (destroy; lock held). */
+/* Wait until nothing of shard s is in flight (destroy). */
 static void uring_drain_locked(struct ushard *s)
 {
 	/* The completion thread keeps the role even with nothing in

@@ -146,9 +146,9 @@ int folio_dirty_counted(struct folio *f, size_t off, size_t len,
 			    UPD_DIRTY | (uptodate ? UPD_UPTODATE : 0), newly);
 }
 
-/* Caller holds the state lock. Keeps the DIRTY flag equal to "any dirty
- * bit" after bits were cleared. */
-static void recompute_dirty_flag(struct folio *f, size_t n)
+/* Keeps the DIRTY flag equal to "any dirty bit" after bits were
+ * cleared. */
+static void recompute_dirty_flag_locked(struct folio *f, size_t n)
 {
 	if (!bitmap_any_set(f->state, n, 2 * n))
 		atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_DIRTY,
@@ -189,7 +189,7 @@ static int clear_dirty(struct folio *f, size_t off, size_t len,
 	size_t n = folio_nblocks(f);
 	spin_lock(&f->state_lock);
 	*cleared = bitmap_clear_range_count(f->state, n + first, n + end);
-	recompute_dirty_flag(f, n);
+	recompute_dirty_flag_locked(f, n);
 	spin_unlock(&f->state_lock);
 	return 0;
 }
@@ -330,10 +330,10 @@ ssize_t folio_next_missing(struct folio *f, size_t *off)
  * folio_take_dirty_from() for a folio whose dirty bits [n, 2n) all lie in
  * its first state word (up to 32 blocks: a 64 KiB folio of 4 KiB blocks),
  * from bit b on: whole runs found with ctz instead of a bit scan each,
- * cleared with one store. Caller holds the state lock.
+ * cleared with one store.
  */
-static size_t take_dirty_word(struct folio *f, size_t n, size_t b,
-			      struct folio_range *runs, size_t max_runs)
+static size_t take_dirty_word_locked(struct folio *f, size_t n, size_t b,
+				     struct folio_range *runs, size_t max_runs)
 {
 	uint64_t w = f->state[0];
 	/* Bits [b, 2n) only: 2n <= 64, and b <= 2n (b == 64: none). */
@@ -386,7 +386,7 @@ int folio_take_dirty_from(struct folio *f, size_t from,
 	size_t b = n + MIN(from >> f->block_shift, n);
 	spin_lock(&f->state_lock);
 	if (2 * n <= 64) {
-		taken = take_dirty_word(f, n, b, runs, max_runs);
+		taken = take_dirty_word_locked(f, n, b, runs, max_runs);
 		spin_unlock(&f->state_lock);
 		return (int)taken;
 	}
@@ -401,7 +401,7 @@ int folio_take_dirty_from(struct folio *f, size_t from,
 		taken++;
 		b = e;
 	}
-	recompute_dirty_flag(f, n);
+	recompute_dirty_flag_locked(f, n);
 	spin_unlock(&f->state_lock);
 	return (int)taken;
 }
@@ -507,9 +507,9 @@ int folio_mark_unstable(struct folio *f, size_t off, size_t len,
 	return ret;
 }
 
-/* Caller holds the state lock: drop every unstable bit and the flag;
- * returns how many blocks were unstable. */
-static size_t unstable_clear_all(struct folio *f)
+/* Drop every unstable bit and the flag; returns how many blocks were
+ * unstable. */
+static size_t unstable_clear_all_locked(struct folio *f)
 {
 	size_t n = 1;
 	if (!folio_single_block(f)) {
@@ -542,7 +542,7 @@ int folio_stabilize(struct folio *f, uint64_t epoch, uint64_t failures,
 		 * (one epoch per folio keeps the header small; the cost is
 		 * a later release). */
 		if (!stamp_before((uint32_t)epoch, f->unstable_epoch))
-			*released = unstable_clear_all(f);
+			*released = unstable_clear_all_locked(f);
 		ret = (load_flags(f) & FOLIO_F_UNSTABLE) ? FOLIO_STABLE_LEFT
 							 : 0;
 	}
@@ -578,7 +578,7 @@ int folio_redirty_unstable(struct folio *f, size_t *unstable,
 	} else if (!(flags & FOLIO_F_DIRTY)) {
 		*newly_dirty = 1;
 	}
-	*unstable = unstable_clear_all(f);
+	*unstable = unstable_clear_all_locked(f);
 	unsigned old = atomic_fetch_or_explicit(&f->flags, FOLIO_F_DIRTY,
 						memory_order_acq_rel);
 	spin_unlock(&f->state_lock);
@@ -593,13 +593,13 @@ size_t folio_forget_unstable(struct folio *f, size_t off, size_t len)
 		return 0;
 	spin_lock(&f->state_lock);
 	if (folio_single_block(f)) {
-		gone = unstable_clear_all(f);
+		gone = unstable_clear_all_locked(f);
 	} else {
 		size_t n = folio_nblocks(f);
 		gone = bitmap_clear_range_count(f->state, 2 * n + first,
 						2 * n + end);
 		if (!bitmap_any_set(f->state, 2 * n, 3 * n))
-			unstable_clear_all(f);
+			unstable_clear_all_locked(f);
 	}
 	spin_unlock(&f->state_lock);
 	return gone;

@@ -238,17 +238,17 @@ static bool test_flag(const struct folio *f, unsigned bit)
 
 bool folio_test_uptodate(const struct folio *f)
 {
-	return test_flag(f, FOLIO_F_UPTODATE);
+	return f && folio_all_uptodate(f);
 }
 
 bool folio_test_dirty(const struct folio *f)
 {
-	return test_flag(f, FOLIO_F_DIRTY);
+	return f && folio_flag_dirty(f);
 }
 
 bool folio_test_writeback(const struct folio *f)
 {
-	return test_flag(f, FOLIO_F_WRITEBACK);
+	return f && folio_flag_writeback(f);
 }
 
 bool folio_test_locked(const struct folio *f)
@@ -308,7 +308,7 @@ int folio_unlock(struct folio *f)
 		return -EINVAL;
 	if (!test_flag(f, FOLIO_F_LOCKED))
 		return -EPERM;
-	folio_release(f);
+	folio_unlock_held(f);
 	return 0;
 }
 
@@ -316,16 +316,16 @@ int folio_start_writeback(struct folio *f)
 {
 	if (!f)
 		return -EINVAL;
-	return folio_try_set_flag(f, FOLIO_F_WRITEBACK) ? 0 : -EBUSY;
+	return folio_trystart_writeback(f) ? 0 : -EBUSY;
 }
 
 int folio_end_writeback(struct folio *f)
 {
 	if (!f)
 		return -EINVAL;
-	if (!test_flag(f, FOLIO_F_WRITEBACK))
+	if (!folio_flag_writeback(f))
 		return -EPERM;
-	folio_clear_flag_wake(f, FOLIO_F_WRITEBACK);
+	folio_end_writeback_held(f);
 	return 0;
 }
 

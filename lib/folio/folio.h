@@ -190,10 +190,16 @@ static inline void folio_clear_flag_wake(struct folio *f, unsigned bit)
 		folio_wake_waiters(f);
 }
 
-/* Inline twins of folio_size(), folio_test_uptodate(), folio_trylock()
- * and folio_unlock() for internal callers that hold a valid folio: the
- * read fast path costs a few instructions per call less without the
- * public functions' argument checks and calls. */
+/* Inline twins of public calls, for internal callers that hold a valid
+ * folio: the fast paths cost a few instructions per call less without
+ * the public functions' argument checks and calls. Each public one
+ * checks its arguments and calls its twin (folio.c): folio_bytes() of
+ * folio_size(), folio_all_uptodate() of folio_test_uptodate(),
+ * folio_lock_nowait() of folio_trylock(), folio_unlock_held() of
+ * folio_unlock(), folio_flag_dirty() of folio_test_dirty(),
+ * folio_flag_writeback() of folio_test_writeback(),
+ * folio_trystart_writeback() of folio_start_writeback() and
+ * folio_end_writeback_held() of folio_end_writeback(). */
 static inline size_t folio_bytes(const struct folio *f)
 {
 	return (size_t)1 << f->size_shift;
@@ -231,33 +237,32 @@ static inline bool folio_lock_nowait(struct folio *f)
 	return folio_try_set_flag(f, FOLIO_F_LOCKED);
 }
 
-/* The caller holds the lock. A lock write_begin() took ends here
- * whoever releases it. */
-static inline void folio_release(struct folio *f)
+/* Unlock a folio whose lock the caller holds. A lock write_begin() took
+ * ends here whoever releases it. */
+static inline void folio_unlock_held(struct folio *f)
 {
 	folio_clear_flag_wake(f, FOLIO_F_LOCKED | FOLIO_F_WRITE_BEGIN);
 }
 
-/* Inline twins of folio_test_dirty() and folio_test_writeback(), for the
- * writeback pass's checks of every folio it visits. */
-static inline bool folio_any_dirty(const struct folio *f)
+/* The writeback pass checks these for every folio it visits. */
+static inline bool folio_flag_dirty(const struct folio *f)
 {
 	return folio_flags(f) & FOLIO_F_DIRTY;
 }
 
-static inline bool folio_under_writeback(const struct folio *f)
+static inline bool folio_flag_writeback(const struct folio *f)
 {
 	return folio_flags(f) & FOLIO_F_WRITEBACK;
 }
 
-/* Twins of folio_start_writeback() (false: already set) and
- * folio_end_writeback() (the caller set it). */
-static inline bool folio_writeback_begin(struct folio *f)
+/* Set WRITEBACK (false: it was set already); clear the WRITEBACK the
+ * caller set, waking its waiters. */
+static inline bool folio_trystart_writeback(struct folio *f)
 {
 	return folio_try_set_flag(f, FOLIO_F_WRITEBACK);
 }
 
-static inline void folio_writeback_end(struct folio *f)
+static inline void folio_end_writeback_held(struct folio *f)
 {
 	folio_clear_flag_wake(f, FOLIO_F_WRITEBACK);
 }

@@ -123,7 +123,7 @@ void mapping_resize_unstable(struct folio_mapping *m, uint64_t size)
 
 /* Whether a resize no successful flush has covered is pending, and the
  * smallest size it cut to. */
-static bool resize_pending(struct folio_mapping *m, uint64_t *low)
+static bool resize_is_pending(struct folio_mapping *m, uint64_t *low)
 {
 	pthread_mutex_lock(&m->commit.lock);
 	bool pending = m->commit.resize_pending;
@@ -158,7 +158,7 @@ static int redo_resize_locked(struct folio_mapping *m)
 {
 	uint64_t low;
 	int r = 0;
-	if (resize_pending(m, &low)) {
+	if (resize_is_pending(m, &low)) {
 		mapping_wait_range_writeback(m, 0, FOLIO_MAX_POS);
 		struct folio_engine *e = m->engine;
 		uint64_t eof = mapping_eof(m);
@@ -187,7 +187,7 @@ static int redo_resize_locked(struct folio_mapping *m)
 	return r;
 }
 
-static bool redo_owed(struct folio_mapping *m)
+static bool redo_is_owed(struct folio_mapping *m)
 {
 	pthread_mutex_lock(&m->commit.lock);
 	bool owed = m->commit.redo_owed;
@@ -263,11 +263,11 @@ static int run_flush(struct folio_mapping *m)
 	 * out meanwhile (a page cache would not read a stale tail either).
 	 * Only then, so that plain syncs never stop reads and writes.
 	 */
-	bool locked = redo && resize_pending(m, &low);
+	bool locked = redo && resize_is_pending(m, &low);
 	if (locked)
 		brlock_write_lock(&m->io_lock);
 	int r;
-	if (redo && redo_owed(m)) {
+	if (redo && redo_is_owed(m)) {
 		/*
 		 * The last failed flush could not redo the lost resize. A
 		 * flush now would settle the resize over the stale tail, so
@@ -451,7 +451,7 @@ void mapping_commit_sync(struct folio_mapping *m, struct mapping_durable *d)
 	 * after it began. A failure is reported already. */
 	uint64_t low;
 	if (r > 0 || (!r && (mapping_any_tagged(m, INDEX_TAG_UNSTABLE) ||
-			     resize_pending(m, &low))))
+			     resize_is_pending(m, &low))))
 		run_flush(m);
 	role_release(m, d->gen);
 }

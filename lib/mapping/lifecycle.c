@@ -21,10 +21,7 @@
 static _Atomic uint64_t next_mapping_id = 1;
 
 /* Fields a caller's options struct must have (everything up to engine). */
-#define OPTS_MIN_SZ \
-	(offsetof(struct folio_mapping_opts, engine) + sizeof(void *))
-#define OPTS_POOL_SZ SIZEOF_THROUGH(struct folio_mapping_opts, pool)
-#define OPTS_RA_SZ SIZEOF_THROUGH(struct folio_mapping_opts, readahead_max)
+#define OPTS_MIN_SZ SIZEOF_THROUGH(struct folio_mapping_opts, engine)
 
 static bool size_ok(size_t v, size_t lo, size_t hi)
 {
@@ -50,14 +47,12 @@ int folio_mapping_new(struct folio_mapping **out,
 	    !size_ok(max, min, FOLIO_MAX_SIZE) ||
 	    opts->size > FOLIO_MAX_POS || (opts->flags & ~KNOWN_FLAGS))
 		return -EINVAL;
-	size_t ra_max = opts->sz >= OPTS_RA_SZ ? opts->readahead_max : 0;
+	size_t ra_max = OPTS_GET(opts, readahead_max, 0);
 	if (ra_max % bs || ra_max > FOLIO_MAPPING_MAX_READAHEAD)
 		return -EINVAL;
 	/* A pool embeds its mapping_cache first (lib/pool/pool.h). */
 	struct mapping_cache *cache =
-		opts->sz >= OPTS_POOL_SZ && opts->pool
-			? (struct mapping_cache *)(void *)opts->pool
-			: NULL;
+		(struct mapping_cache *)(void *)OPTS_GET(opts, pool, NULL);
 
 	/* The io_lock stripes are cache-line aligned, so the mapping is. */
 	size_t bytes = (sizeof(struct folio_mapping) + BRLOCK_LINE - 1) &

@@ -3,6 +3,7 @@
  * Finding the folio at a position: lock-free lookups, the per-thread
  * hint, and creating folios charged to the mapping's cache.
  */
+#include "base/tls.h"
 #include "mapping/cache.h"
 #include "mapping/lookup.h"
 #include "mapping/wait.h"
@@ -78,8 +79,8 @@ static uint64_t pow2_floor(uint64_t x)
 	return UINT64_C(1) << ilog2_u64(x);
 }
 
-/* The size create_folio() tries first for a folio holding pos: at most
- * what it will allocate, so the cache is charged for it up front. */
+/* The size create_folio_locked() tries first for a folio holding pos:
+ * at most what it will allocate, so the cache is charged for it up front. */
 static uint64_t planned_size(const struct folio_mapping *m, uint64_t pos,
 			     size_t len_hint, uint64_t *startp)
 {
@@ -103,12 +104,13 @@ static uint64_t planned_size(const struct folio_mapping *m, uint64_t pos,
  * remaining length, that start's alignment and the max folio size allow;
  * it halves while it would overlap a neighbour. The folio goes in locked
  * (nobody can see it before, so the trylock cannot fail): a reclaimer
- * cannot take it before its creator has used it. Caller holds index_lock
- * exclusively and has checked that no folio holds pos, so the min size
+ * cannot take it before its creator has used it. Needs index_lock
+ * exclusive, and a check that no folio holds pos first, so the min size
  * always fits.
  */
-static struct folio *create_folio(struct folio_mapping *m, uint64_t pos,
-				  size_t len_hint, int *err)
+static struct folio *create_folio_locked(struct folio_mapping *m,
+					 uint64_t pos, size_t len_hint,
+					 int *err)
 {
 	size_t min = (size_t)1 << m->min_shift;
 	uint64_t start;
@@ -140,10 +142,6 @@ static struct folio *create_folio(struct folio_mapping *m, uint64_t pos,
 
 _Thread_local struct mapping_hint mapping_hint TLS_FAST;
 
-static pthread_key_t hint_key;
-static pthread_once_t hint_once = PTHREAD_ONCE_INIT;
-static bool hint_key_ok;
-
 /* Take the hint out; the caller lets its reference go (outside any
  * index lock: it may be the last one). */
 static struct folio *hint_take(bool *pinned)
@@ -169,10 +167,7 @@ static void hint_destructor(void *unused)
 	hint_release(f, pinned);
 }
 
-static void hint_key_create(void)
-{
-	hint_key_ok = !pthread_key_create(&hint_key, hint_destructor);
-}
+static struct tls_exit hint_exit = TLS_EXIT_INIT(hint_destructor);
 
 /* Make f the hint, pinning the reference the caller took for it when
  * `adopt`, else a new one (the caller holds index_lock or f's lock, so
@@ -182,14 +177,11 @@ static struct folio *hint_set(struct folio_mapping *m, struct folio *f,
 			      bool adopt, bool *old_pinned)
 {
 	struct folio *old = hint_take(old_pinned);
-	if (!mapping_hint.registered) {
-		pthread_once(&hint_once, hint_key_create);
-		/* Without the key a thread that exits leaks its last
-		 * folio's memory; everything still works. */
+	/* Without the hook a thread that exits leaks its last folio's
+	 * memory; everything still works. */
+	if (!mapping_hint.registered)
 		mapping_hint.registered =
-			hint_key_ok &&
-			!pthread_setspecific(hint_key, &mapping_hint);
-	}
+			!tls_exit_arm(&hint_exit, &mapping_hint);
 	mapping_hint.pinned = adopt ? folio_hint_adopt(f) : folio_hint_get(f);
 	mapping_hint.folio = f;
 	mapping_hint.pos = f->pos;
@@ -243,7 +235,7 @@ static struct folio *create_charged(struct folio_mapping *m, uint64_t pos,
 	if (f) {
 		*found = true;
 	} else {
-		f = create_folio(m, pos, len_hint, err);
+		f = create_folio_locked(m, pos, len_hint, err);
 	}
 	if (f && quiet)
 		folio_get(f);
@@ -264,9 +256,9 @@ static struct folio *create_charged(struct folio_mapping *m, uint64_t pos,
 	return f;
 }
 
-struct folio *mapping_find_or_create_locked(
-	struct folio_mapping *m, uint64_t pos, size_t len_hint,
-	struct mapping_cache_credit *credit, int *err)
+struct folio *mapping_grab(struct folio_mapping *m, uint64_t pos,
+			   size_t len_hint,
+			   struct mapping_cache_credit *credit, int *err)
 {
 	for (;;) {
 		struct folio *f;
@@ -322,12 +314,12 @@ struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos,
 	if (f && !(folio_holds(f, pos) && folio_lock_nowait(f)))
 		f = NULL;
 	if (f && folio_test_removed(f)) {
-		folio_release(f);
+		folio_unlock_held(f);
 		f = NULL;
 	}
 	epoch_read_exit(ep);
 	/* The first use of a folio read ahead is its creator's use
-	 * (mapping_find_or_create_locked()): no access, and it becomes the
+	 * (mapping_grab()): no access, and it becomes the
 	 * hint, as a folio the reader created would, so that the reader's
 	 * next small steps through it are no accesses either (a sequential
 	 * pass must not look hot). Once per folio: random hits still change

@@ -56,8 +56,8 @@ static inline bool mapping_hint_holding(const struct folio_mapping *m,
  * The cached folio holding pos, locked without waiting, or NULL when it
  * is not cached or someone else holds its lock: the read and write fast
  * paths, which then take the ordinary one. Counts a cache hit like
- * mapping_find_or_create_locked() and never creates or charges. A folio
- * found in the index becomes the thread's hint only with `sequential`
+ * mapping_grab() and never creates or charges. A folio found in the
+ * index becomes the thread's hint only with `sequential`
  * (the caller's next access is likely in it too: a random one would pay
  * for moving the hint and never use it) or on the first use of a folio
  * read ahead. Caller holds io_lock shared. Looks in the index: callers
@@ -76,7 +76,7 @@ static inline struct folio *mapping_trylock_hint(struct folio_mapping *m,
 	if (!folio_lock_nowait(f))
 		return NULL;
 	if (folio_test_removed(f)) {
-		folio_release(f);
+		folio_unlock_held(f);
 		return NULL;
 	}
 	if (m->cache)
@@ -85,11 +85,12 @@ static inline struct folio *mapping_trylock_hint(struct folio_mapping *m,
 }
 
 /*
- * The folio holding pos, locked and still in the index, created when
- * absent (see create_folio() for its size; a new folio is inserted
- * locked). The caller holds io_lock shared and may hold locks of folios
- * below pos. The folio stays valid while the caller holds its lock: it
- * can leave the index only under that lock.
+ * Grab the folio holding pos: found, or created when absent (see
+ * create_folio_locked() for its size; a new folio is inserted locked),
+ * and returned locked and still in the index. The caller holds io_lock
+ * shared and may hold locks of folios below pos. The folio stays valid
+ * while the caller holds its lock: it can leave the index only under
+ * that lock.
  *
  * Repeated hits on one folio are served from a per-thread hint that
  * holds a pinned reference (folio_hint_get()): it keeps the folio's
@@ -104,9 +105,9 @@ static inline struct folio *mapping_trylock_hint(struct folio_mapping *m,
  * MAPPING_CACHE_FULL with credit->need set: drop every lock,
  * mapping_cache_reserve() and call again.
  */
-struct folio *mapping_find_or_create_locked(
-	struct folio_mapping *m, uint64_t pos, size_t len_hint,
-	struct mapping_cache_credit *credit, int *err);
+struct folio *mapping_grab(struct folio_mapping *m, uint64_t pos,
+			   size_t len_hint,
+			   struct mapping_cache_credit *credit, int *err);
 
 /*
  * For readahead, which must never wait: the folio holding pos, referenced,

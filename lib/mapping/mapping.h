@@ -32,7 +32,7 @@
  * pointer that io_lock shared used to keep valid is now kept valid by a
  * reference, and whoever locks a folio found in the index checks that it
  * is still there (FOLIO_REMOVED is set under both locks) before using it:
- * mapping_find_or_create_locked() does both.
+ * mapping_grab() does both.
  *
  * Lookups of the folio at one position take no lock (mapping_lookup(),
  * mapping_trylock_cached()): inside an epoch section (base/epoch.h) they

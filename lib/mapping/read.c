@@ -54,7 +54,7 @@ read_cached(struct folio_mapping *m, unsigned char *buf, size_t len,
 			/* Readahead (readahead.c): see folio_mapping_read(). */
 			mapping_readahead_reached(m, f);
 		}
-		folio_release(f);
+		folio_unlock_held(f);
 		if (!ok)
 			break;
 		done += n;
@@ -97,8 +97,8 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 		 * missing blocks; contiguous runs merge across folios. */
 		for (size_t at = done; at < len && n < READ_BATCH;) {
 			uint64_t p = pos + at;
-			struct folio *f = mapping_find_or_create_locked(
-				m, p, len - at, &credit, &err);
+			struct folio *f = mapping_grab(m, p, len - at,
+						       &credit, &err);
 			if (!f)
 				break;
 			struct read_slot *s = &slot[n++];

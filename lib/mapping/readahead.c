@@ -245,8 +245,8 @@ static uint64_t ra_initial(const struct folio_mapping *m, uint64_t stride)
 	return MIN(size, m->ra.max);
 }
 
-/* Least recently used slot, a free one first. Caller holds the lock. */
-static struct mapping_ra_stream *ra_victim(struct mapping_ra *ra)
+/* Least recently used slot, a free one first. */
+static struct mapping_ra_stream *ra_victim_locked(struct mapping_ra *ra)
 {
 	struct mapping_ra_stream *v = &ra->s[0];
 	for (unsigned i = 0; i < MAPPING_RA_STREAMS; i++) {
@@ -259,7 +259,7 @@ static struct mapping_ra_stream *ra_victim(struct mapping_ra *ra)
 	return v;
 }
 
-/* How a read relates to a stream (ra_match()). */
+/* How a read relates to a stream (ra_match_locked()). */
 enum ra_fit {
 	RA_NONE,   /* no stream: it takes a slot of its own */
 	RA_MAYBE,  /* a stream's second read, a little after its first */
@@ -271,10 +271,10 @@ enum ra_fit {
  * The stream a read at pos fits best, and how. A read inside a window
  * belongs to that window's stream even when the reads since the window
  * started were not seen (a cached read may skip this path entirely).
- * Caller holds the lock.
  */
-static struct mapping_ra_stream *ra_match(struct mapping_ra *ra, uint64_t pos,
-					  size_t len, enum ra_fit *fit)
+static struct mapping_ra_stream *ra_match_locked(struct mapping_ra *ra,
+						 uint64_t pos, size_t len,
+						 enum ra_fit *fit)
 {
 	struct mapping_ra_stream *best = NULL;
 	*fit = RA_NONE;
@@ -311,9 +311,9 @@ void mapping_readahead_on_read(struct folio_mapping *m, uint64_t pos,
 	uint64_t start = 0, end = 0, mark = 0;
 	spin_lock(&ra->lock);
 	enum ra_fit fit;
-	struct mapping_ra_stream *s = ra_match(ra, pos, len, &fit);
+	struct mapping_ra_stream *s = ra_match_locked(ra, pos, len, &fit);
 	if (!s) {
-		s = ra_victim(ra);
+		s = ra_victim_locked(ra);
 		memset(s, 0, sizeof(*s));
 		s->live = true;
 	} else if (fit != RA_INSIDE) {

@@ -6,7 +6,7 @@
 #include "mapping/readahead.h"
 #include "mapping/remove.h"
 
-/* Caller holds the folio lock and index_lock exclusively. */
+/* The folio lock and index_lock exclusive. */
 static void remove_locked(struct folio_mapping *m, struct folio *f)
 {
 	folio_mark_removed(f);
@@ -26,7 +26,7 @@ static void removed_from_index(struct folio_mapping *m, struct folio *f)
 	folio_put(f);
 }
 
-void mapping_remove_folio(struct folio_mapping *m, struct folio *f)
+void mapping_remove_folio_locked(struct folio_mapping *m, struct folio *f)
 {
 	if (m->cache && (folio_test_dirty(f) || folio_test_unstable(f))) {
 		size_t dirty, unstable;

@@ -9,9 +9,9 @@
 #include "mapping/mapping.h"
 
 /* Remove a folio from the index and drop the index's reference; any
- * dirty or unstable state it still had goes with it. Caller holds the
- * folio lock (and has checked it is not REMOVED already). */
-void mapping_remove_folio(struct folio_mapping *m, struct folio *f);
+ * dirty or unstable state it still had goes with it. Needs the folio
+ * lock, and a check that it is not REMOVED already. */
+void mapping_remove_folio_locked(struct folio_mapping *m, struct folio *f);
 
 /*
  * Try to reclaim f, a folio of m the caller holds a reference to: when

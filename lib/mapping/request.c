@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tls.h"
 #include "mapping/request.h"
 
 int mapping_map_extent(struct folio_mapping *m, struct map_cache *mc,
@@ -74,13 +75,9 @@ void rqb_init(struct rq_builder *b, struct folio_mapping *m,
 static _Thread_local struct {
 	struct mapping_io *head; /* linked through ->next */
 	unsigned n;
-	bool registered; /* io_cache_key is set: the destructor runs */
+	bool registered; /* io_cache_exit is armed: the destructor runs */
 	bool dead;       /* the destructor ran: cache nothing more */
 } io_cache TLS_FAST;
-
-static pthread_key_t io_cache_key;
-static pthread_once_t io_cache_once = PTHREAD_ONCE_INIT;
-static bool io_cache_key_ok;
 
 static void io_cache_destructor(void *unused)
 {
@@ -95,11 +92,7 @@ static void io_cache_destructor(void *unused)
 	io_cache.n = 0;
 }
 
-static void io_cache_key_create(void)
-{
-	io_cache_key_ok = !pthread_key_create(&io_cache_key,
-					      io_cache_destructor);
-}
+static struct tls_exit io_cache_exit = TLS_EXIT_INIT(io_cache_destructor);
 
 /* May this thread keep a freed request? Registers the destructor first. */
 static bool io_cache_open(void)
@@ -108,10 +101,7 @@ static bool io_cache_open(void)
 		return io_cache.n < IO_CACHE_MAX;
 	if (io_cache.dead)
 		return false;
-	pthread_once(&io_cache_once, io_cache_key_create);
-	/* Any non-NULL value makes the destructor run at thread exit. */
-	if (!io_cache_key_ok ||
-	    pthread_setspecific(io_cache_key, &io_cache))
+	if (tls_exit_arm(&io_cache_exit, &io_cache))
 		return false;
 	io_cache.registered = true;
 	return true;

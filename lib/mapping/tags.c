@@ -46,11 +46,11 @@ unsigned mapping_next_tagged_batch(struct folio_mapping *m, uint64_t *key,
 	return n;
 }
 
-/* Caller holds index_lock. REMOVED changes under the exclusive side, so
- * a folio seen in the index here is the one at its key: a tag change
- * never reaches a newer folio that took a removed one's place (completions
- * and flushes hold only a reference, not io_lock). */
-static bool still_indexed(const struct folio *f)
+/* REMOVED changes under index_lock's exclusive side, so a folio seen in
+ * the index here is the one at its key: a tag change never reaches a
+ * newer folio that took a removed one's place (completions and flushes
+ * hold only a reference, not io_lock). */
+static bool still_indexed_locked(const struct folio *f)
 {
 	return !folio_test_removed(f);
 }
@@ -58,7 +58,7 @@ static bool still_indexed(const struct folio *f)
 void mapping_tag_set(struct folio_mapping *m, struct folio *f, unsigned tag)
 {
 	pthread_rwlock_rdlock(&m->index_lock);
-	if (still_indexed(f))
+	if (still_indexed_locked(f))
 		index_tag_set(&m->index, mapping_key(m, f->pos),
 			      mapping_folio_order(m, f), tag);
 	pthread_rwlock_unlock(&m->index_lock);
@@ -69,7 +69,7 @@ void mapping_tag_clear_unless(struct folio_mapping *m, struct folio *f,
 {
 	pthread_rwlock_wrlock(&m->index_lock);
 	/* A folio that left the index has no tags to clear. */
-	if (still_indexed(f) && (!still || !still(f))) {
+	if (still_indexed_locked(f) && (!still || !still(f))) {
 		uint64_t key = mapping_key(m, f->pos);
 		unsigned order = mapping_folio_order(m, f);
 		index_tag_clear(&m->index, key, order, tag);

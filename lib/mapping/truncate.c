@@ -49,7 +49,7 @@ static void shrink_cache(struct folio_mapping *m, uint64_t size)
 		/* A pool may have reclaimed it since it was found. */
 		bool gone = folio_test_removed(f);
 		if (!gone && f->pos >= size)
-			mapping_remove_folio(m, f);
+			mapping_remove_folio_locked(m, f);
 		else if (!gone)
 			cut_folio_tail(m, f, size);
 		folio_unlock(f);
@@ -170,7 +170,7 @@ int folio_mapping_invalidate(struct folio_mapping *m, uint64_t pos,
 		/* Dirty and unstable data is the cache's to keep until it
 		 * is written and flushed. */
 		if (!folio_test_dirty(f) && !folio_test_unstable(f))
-			mapping_remove_folio(m, f);
+			mapping_remove_folio_locked(m, f);
 		else
 			kept = true;
 		folio_unlock(f);

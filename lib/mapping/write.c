@@ -262,7 +262,7 @@ write_cached(struct folio_mapping *m, const unsigned char *src, size_t len,
 			memcpy(f->data + off, src + done, n);
 			commit_write(m, f, p, n);
 		}
-		folio_release(f);
+		folio_unlock_held(f);
 		if (!ok)
 			break;
 		done += n;
@@ -288,8 +288,8 @@ write_folios(struct folio_mapping *m, const unsigned char *src, size_t len,
 	struct mapping_cache_credit credit = {0, 0};
 	while (done < len) {
 		uint64_t p = pos + done;
-		struct folio *f = mapping_find_or_create_locked(
-			m, p, len - done, &credit, &err);
+		struct folio *f = mapping_grab(m, p, len - done, &credit,
+					       &err);
 		if (!f) {
 			if (err != MAPPING_CACHE_FULL)
 				break;
@@ -318,7 +318,7 @@ write_folios(struct folio_mapping *m, const unsigned char *src, size_t len,
 			commit_write(m, f, p, n);
 			done += n;
 		}
-		folio_release(f);
+		folio_unlock_held(f);
 		if (err)
 			break;
 		if (done < len)
@@ -373,8 +373,7 @@ ssize_t folio_mapping_write_begin(struct folio_mapping *m, uint64_t pos,
 	struct mapping_cache_credit credit = {0, 0};
 	struct folio *f;
 	brlock_read_lock(&m->io_lock);
-	while (!(f = mapping_find_or_create_locked(m, pos, len, &credit,
-						   &err)) &&
+	while (!(f = mapping_grab(m, pos, len, &credit, &err)) &&
 	       err == MAPPING_CACHE_FULL) {
 		brlock_read_unlock(&m->io_lock);
 		err = mapping_cache_reserve(m, &credit);

@@ -36,7 +36,7 @@ static void wb_folio_done(struct folio_mapping *m, struct folio *f,
 	/* Before writeback ends: until then nothing removes the folio, so
 	 * its node stays. The bits above are pruned by a later pass. */
 	mapping_tag_drop_at(m, f, node, INDEX_TAG_WRITEBACK, NULL);
-	folio_writeback_end(f);
+	folio_end_writeback_held(f);
 	folio_put(f); /* the reference writeback took */
 }
 
@@ -200,7 +200,7 @@ static int merge_gaps(struct folio *f, struct folio_range *runs, int n,
 
 static bool still_dirty(const struct folio *f)
 {
-	return folio_any_dirty(f);
+	return folio_flag_dirty(f);
 }
 
 /*
@@ -223,7 +223,7 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
 	atomic_store(&f->wb_pending, bias);
 	/* Cannot fail: the caller waited for the folio's last writeback
 	 * under the lock it holds. */
-	(void)folio_writeback_begin(f);
+	(void)folio_trystart_writeback(f);
 	/* Before DIRTY goes: a sync that no longer finds the folio dirty
 	 * must find it under writeback. */
 	mapping_tag_set_at(m, f, node, INDEX_TAG_WRITEBACK);
@@ -293,23 +293,23 @@ static uint64_t visit_folio(struct folio_mapping *m, struct rq_builder *b,
 	/* Reclaimed meanwhile (it was clean; its node may be gone), or busy
 	 * and this pass does not wait. */
 	bool skip = folio_test_removed(f) ||
-		    (folio_under_writeback(f) && !p->wait_busy);
-	if (!skip && folio_under_writeback(f)) {
+		    (folio_flag_writeback(f) && !p->wait_busy);
+	if (!skip && folio_flag_writeback(f)) {
 		/* Never sleep on a request we still hold. */
 		rqb_finish(b);
 		int r = mapping_wait_writeback(m, f);
 		if (r)
 			errseq_record(m, r);
 	}
-	if (!skip && folio_any_dirty(f)) {
+	if (!skip && folio_flag_dirty(f)) {
 		uint64_t queued = writeback_folio(m, b, f, node, p->merge_gap);
-		folio_release(f);
+		folio_unlock_held(f);
 		return queued;
 	}
 	/* A stale tag (the runs went out with an earlier pass): drop it. */
 	if (!skip)
 		mapping_tag_drop_at(m, f, node, INDEX_TAG_DIRTY, still_dirty);
-	folio_release(f);
+	folio_unlock_held(f);
 	folio_put(f);
 	return 0;
 }

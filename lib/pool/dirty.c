@@ -341,7 +341,7 @@ static void *flusher_main(void *arg)
 			continue;
 		}
 		mb->flushing = true;
-		pool_member_get(p, mb);
+		pool_member_get_locked(p, mb);
 		uint64_t cursor = mb->cursor;
 		if (!cursor)
 			mb->pass_start = now;
@@ -380,7 +380,7 @@ static void *flusher_main(void *arg)
 		pthread_mutex_lock(&p->lock);
 		mb->cursor = cursor;
 		mb->flushing = false;
-		pool_member_put(p, mb);
+		pool_member_put_locked(p, mb);
 	}
 	pthread_mutex_unlock(&p->lock);
 	return NULL;

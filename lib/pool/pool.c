@@ -163,13 +163,13 @@ int folio_pool_free(struct folio_pool *p)
 
 /* ---- members ----------------------------------------------------------- */
 
-void pool_member_get(struct folio_pool *p, struct pool_member *mb)
+void pool_member_get_locked(struct folio_pool *p, struct pool_member *mb)
 {
 	(void)p;
 	mb->users++;
 }
 
-void pool_member_put(struct folio_pool *p, struct pool_member *mb)
+void pool_member_put_locked(struct folio_pool *p, struct pool_member *mb)
 {
 	if (!--mb->users && mb->quiesced)
 		pthread_cond_broadcast(&p->member_cond);
@@ -186,7 +186,7 @@ struct pool_member **pool_members_get(struct folio_pool *p, size_t *n)
 		     mb != &p->members; mb = mb->next) {
 			if (mb->quiesced)
 				continue;
-			pool_member_get(p, mb);
+			pool_member_get_locked(p, mb);
 			v[(*n)++] = mb;
 		}
 	}
@@ -200,7 +200,7 @@ void pool_members_put(struct folio_pool *p, struct pool_member **v, size_t n)
 		return;
 	pthread_mutex_lock(&p->lock);
 	for (size_t i = 0; i < n; i++)
-		pool_member_put(p, v[i]);
+		pool_member_put_locked(p, v[i]);
 	pthread_mutex_unlock(&p->lock);
 	free(v);
 }
@@ -336,7 +336,7 @@ int folio_pool_stats(struct folio_pool *p, struct folio_pool_stats *st)
 	s.mappings = p->nmembers;
 	s.small_bytes = p->small.bytes;
 	s.main_bytes = p->main.bytes;
-	s.metadata_bytes = pool_queue_meta_bytes(p) +
+	s.metadata_bytes = pool_queue_meta_bytes_locked(p) +
 			   p->nmembers * sizeof(struct pool_member);
 	pthread_mutex_unlock(&p->lock);
 	s.metadata_bytes += atomic_load(&p->folio_meta);

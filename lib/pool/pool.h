@@ -144,9 +144,9 @@ int64_t pool_sum_dirty(struct folio_pool *p);
 int64_t pool_sum_writeback(struct folio_pool *p);
 int64_t pool_sum_unstable(struct folio_pool *p);
 
-/* Caller holds lock: one user more or less on a member. */
-void pool_member_get(struct folio_pool *p, struct pool_member *mb);
-void pool_member_put(struct folio_pool *p, struct pool_member *mb);
+/* One user more or less on a member. */
+void pool_member_get_locked(struct folio_pool *p, struct pool_member *mb);
+void pool_member_put_locked(struct folio_pool *p, struct pool_member *mb);
 
 /* The members as they are now, each with a user taken (lock not held);
  * release them with pool_members_put(). NULL with *n 0 when there are none or
@@ -158,7 +158,7 @@ void pool_members_put(struct folio_pool *p, struct pool_member **v, size_t n);
 
 int pool_queues_init(struct folio_pool *p);
 void pool_queues_destroy(struct folio_pool *p);
-size_t pool_queue_meta_bytes(struct folio_pool *p); /* caller holds lock */
+size_t pool_queue_meta_bytes_locked(struct folio_pool *p);
 
 /* Reclaim until `want` bytes left the pool or `scan` folios were looked
  * at without success. Takes only trylocks and index locks: callable

@@ -186,7 +186,7 @@ void pool_queues_destroy(struct folio_pool *p)
 	free(p->ghost.slots);
 }
 
-size_t pool_queue_meta_bytes(struct folio_pool *p)
+size_t pool_queue_meta_bytes_locked(struct folio_pool *p)
 {
 	return p->nodes_cap * sizeof(struct pool_node) +
 	       (p->ghost.mask + 1) * sizeof(struct pool_ghost_slot);
@@ -266,9 +266,10 @@ static void move_to_head(struct folio_pool *p, struct pool_queue *q,
  * `*left` examinations found none. Each queue is looked at no more
  * often than it takes to go round it (FOLIO_ACCESS_MAX + 1 times for the
  * main queue), so a queue whose folios are all busy hands over to the
- * other one instead of being scanned again. Caller holds p->lock.
+ * other one instead of being scanned again.
  */
-static uint32_t pick(struct folio_pool *p, unsigned *left, bool *from_small)
+static uint32_t pick_locked(struct folio_pool *p, unsigned *left,
+			    bool *from_small)
 {
 	uint64_t small_left = p->small.count;
 	uint64_t main_left = (FOLIO_ACCESS_MAX + 1) * p->main.count;
@@ -312,7 +313,7 @@ static uint32_t pick(struct folio_pool *p, unsigned *left, bool *from_small)
 		node_unlink(p, q, idx, bytes);
 		p->nodes[idx].prev = p->nodes[idx].next = NODE_CLAIMED;
 		folio_get(f);
-		pool_member_get(p, mb);
+		pool_member_get_locked(p, mb);
 		*from_small = small;
 		return idx;
 	}
@@ -326,7 +327,7 @@ uint64_t pool_reclaim(struct folio_pool *p, uint64_t want, unsigned scan)
 	while (freed < want && left) {
 		bool from_small = false;
 		pthread_mutex_lock(&p->lock);
-		uint32_t idx = pick(p, &left, &from_small);
+		uint32_t idx = pick_locked(p, &left, &from_small);
 		if (idx == NODE_NONE) {
 			pthread_mutex_unlock(&p->lock);
 			break;
@@ -354,7 +355,7 @@ uint64_t pool_reclaim(struct folio_pool *p, uint64_t want, unsigned scan)
 		}
 		if (got && from_small && !unread)
 			ghost_put(p, key);
-		pool_member_put(p, mb);
+		pool_member_put_locked(p, mb);
 		pthread_mutex_unlock(&p->lock);
 		if (got) {
 			atomic_fetch_add(&p->stats.reclaimed_bytes, got);

@@ -9,9 +9,9 @@
 
 /* Every matching rule counts the call, so each rule's skip/count window
  * is independent; the first rule added that fires decides. */
-const struct folio_mem_fault *mem_fault_check(struct mem_ctx *c,
-					      unsigned opbit,
-					      const struct folio_io *io)
+const struct folio_mem_fault *mem_fault_check_locked(struct mem_ctx *c,
+						     unsigned opbit,
+						     const struct folio_io *io)
 {
 	const struct folio_mem_fault *fired = NULL;
 	for (unsigned i = 0; i < c->nrules; i++) {
@@ -49,8 +49,7 @@ int folio_engine_mem_inject(struct folio_engine *e,
 	/* A caller's struct may predate the later fields: they are 0. */
 	struct folio_mem_fault f = {0};
 	memcpy(&f, fault, MIN(fault->sz, sizeof(f)));
-	if (fault->sz < offsetof(struct folio_mem_fault, flags) +
-			sizeof(f.flags))
+	if (!OPTS_HAS(fault, flags))
 		f.flags = 0;
 	fault = &f;
 	if (!fault->ops ||

@@ -44,8 +44,8 @@ static int mem_map(void *arg, uint64_t pos, uint64_t len,
 	return ret;
 }
 
-/* Decide the fate of an accepted request (lock held). */
-static ssize_t mem_plan(struct mem_ctx *c, const struct folio_io *io)
+/* Decide the fate of an accepted request. */
+static ssize_t mem_plan_locked(struct mem_ctx *c, const struct folio_io *io)
 {
 	if (io->op == FOLIO_IO_READ)
 		c->st.read_requests++;
@@ -61,7 +61,7 @@ static ssize_t mem_plan(struct mem_ctx *c, const struct folio_io *io)
 	if (io->op == FOLIO_IO_WRITE && io->pos + io->len > c->capacity)
 		return -ENOSPC;
 	const struct folio_mem_fault *f =
-		mem_fault_check(c, 1u << io->op, io);
+		mem_fault_check_locked(c, 1u << io->op, io);
 	if (!f)
 		return (ssize_t)io->len;
 	if (f->error)
@@ -70,27 +70,27 @@ static ssize_t mem_plan(struct mem_ctx *c, const struct folio_io *io)
 }
 
 /* The durability barrier: everything completed before it (the whole
- * log) becomes durable, in order (lock held). */
+ * log) becomes durable, in order. */
 static int mem_flush_locked(struct mem_ctx *c)
 {
 	c->st.flushes++;
 	const struct folio_mem_fault *f;
 	if (c->powered_off)
 		return -EIO;
-	if ((f = mem_fault_check(c, FOLIO_MEM_OP_FLUSH, NULL))) {
+	if ((f = mem_fault_check_locked(c, FOLIO_MEM_OP_FLUSH, NULL))) {
 		/* A losing flush drops the cache it failed to write, as
 		 * fdatasync may drop the dirty pages it could not write. */
 		if (f->flags & FOLIO_MEM_FAULT_LOSE)
-			mem_log_discard(c);
+			mem_log_discard_locked(c);
 		return f->error;
 	}
-	return mem_log_apply(c);
+	return mem_log_apply_locked(c);
 }
 
 static ssize_t mem_transfer(struct mem_ctx *c, struct folio_io *io,
 			    ssize_t n, uint64_t epoch);
 
-void mem_perform(struct mem_ctx *c, struct mem_held *h)
+void mem_perform_locked(struct mem_ctx *c, struct mem_held *h)
 {
 	struct folio_io *io = h->io;
 	h->plan = mem_transfer(c, io, h->plan, h->epoch);
@@ -112,7 +112,7 @@ static ssize_t mem_transfer(struct mem_ctx *c, struct folio_io *io,
 	size_t want = (size_t)n, done = 0;
 	if (io->op == FOLIO_IO_WRITE && c->volatile_on) {
 		/* Into the volatile cache: visible, not durable. */
-		if (want && mem_log_write(c, io, want))
+		if (want && mem_log_write_locked(c, io, want))
 			return -ENOMEM;
 		c->st.write_bytes += want;
 		if (want && io->pos + want > c->size)
@@ -137,7 +137,8 @@ static ssize_t mem_transfer(struct mem_ctx *c, struct folio_io *io,
 	if (io->op == FOLIO_IO_READ) {
 		/* The volatile cache over the durable store. */
 		if (c->log_head)
-			mem_log_overlay(c, io->pos, io->iov, io->iovcnt, done);
+			mem_log_overlay_locked(c, io->pos, io->iov, io->iovcnt,
+					       done);
 		/* Bytes at or past the size read as zeros whatever the store
 		 * holds at their device place. */
 		if (io->pos + done > c->size) {
@@ -171,11 +172,11 @@ static int mem_submit(void *arg, struct folio_io *io)
 	}
 	/* Grow before deciding anything so a refusal leaves the counters
 	 * and rules untouched. */
-	if (c->mode != FOLIO_MEM_SYNC && mem_held_reserve(c)) {
+	if (c->mode != FOLIO_MEM_SYNC && mem_held_reserve_locked(c)) {
 		pthread_mutex_unlock(&c->lock);
 		return -ENOMEM;
 	}
-	ssize_t plan = mem_plan(c, io);
+	ssize_t plan = mem_plan_locked(c, io);
 	c->inflight++;
 	if (c->mode != FOLIO_MEM_SYNC) {
 		c->held[c->nheld++] = (struct mem_held){io, plan, c->epoch, 0};
@@ -185,7 +186,7 @@ static int mem_submit(void *arg, struct folio_io *io)
 		return 0;
 	}
 	struct mem_held h = {io, plan, c->epoch, 0};
-	mem_perform(c, &h);
+	mem_perform_locked(c, &h);
 	c->completing++;
 	pthread_mutex_unlock(&c->lock);
 	mem_deliver_one(c, &h);
@@ -207,7 +208,7 @@ static int mem_truncate(void *arg, uint64_t size)
 	pthread_mutex_lock(&c->lock);
 	c->st.truncates++;
 	const struct folio_mem_fault *f = c->powered_off ? NULL :
-		mem_fault_check(c, FOLIO_MEM_OP_TRUNCATE, NULL);
+		mem_fault_check_locked(c, FOLIO_MEM_OP_TRUNCATE, NULL);
 	int ret = 0;
 	if (c->powered_off) {
 		ret = -EIO;
@@ -216,11 +217,11 @@ static int mem_truncate(void *arg, uint64_t size)
 	} else if (size > c->capacity) {
 		ret = -EFBIG;
 	} else if (c->volatile_on) {
-		ret = mem_log_truncate(c, size);
+		ret = mem_log_truncate_locked(c, size);
 		if (!ret)
 			c->size = size;
 	} else {
-		mem_durable_resize(c, size);
+		mem_durable_resize_locked(c, size);
 		c->size = size;
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -378,10 +379,10 @@ static int mem_peek(struct folio_engine *e, void *buf, size_t len,
 	if (pos > c->capacity || len > c->capacity - pos)
 		return -ERANGE;
 	pthread_mutex_lock(&c->lock);
-	mem_durable_read(c, pos, buf, len);
+	mem_durable_read_locked(c, pos, buf, len);
 	if (cached && c->log_head) {
 		struct iovec iov = {buf, len};
-		mem_log_overlay(c, pos, &iov, 1, len);
+		mem_log_overlay_locked(c, pos, &iov, 1, len);
 		if (pos + len > c->size) {
 			uint64_t from = MAX(pos, c->size);
 			memset((char *)buf + (from - pos), 0,
@@ -419,7 +420,7 @@ int folio_engine_mem_poke(struct folio_engine *e, const void *buf,
 	pthread_mutex_lock(&c->lock);
 	int ret = -EBUSY; /* poke sets up durable data, under no cache */
 	if (!c->log_head) {
-		ret = mem_durable_write(c, pos, buf, len);
+		ret = mem_durable_write_locked(c, pos, buf, len);
 		c->size = c->dsize;
 	}
 	pthread_mutex_unlock(&c->lock);

@@ -12,8 +12,8 @@
  *
  * One mutex (mem_ctx.lock) guards everything. Completion callbacks run
  * without it: the library may submit from a completion, and that submit
- * takes the lock. Functions below say "(lock held)" when the caller must
- * hold it; the others take it themselves.
+ * takes the lock. Functions below whose name ends in _locked need the caller
+ * to hold it; the others take it themselves.
  */
 #ifndef FOLIO_ENGINE_MEM_H
 #define FOLIO_ENGINE_MEM_H
@@ -36,8 +36,7 @@
 
 #define MEM_MAX_RULES 64
 /* sizeof(struct folio_mem_fault) before the flags field was added. */
-#define MEM_FAULT_SZ_V0 \
-	(offsetof(struct folio_mem_fault, short_len) + sizeof(size_t))
+#define MEM_FAULT_SZ_V0 SIZEOF_THROUGH(struct folio_mem_fault, short_len)
 #define MEM_MAX_ERRNO 4095
 
 struct mem_leaf {
@@ -57,8 +56,8 @@ struct mem_held {
 	ssize_t plan;
 	uint64_t epoch; /* mem_ctx.epoch at submit: a power cut since then
 			 * means the request never lands */
-	int barrier;    /* set by mem_perform(): a durable write's failed
-			 * barrier after its full transfer */
+	int barrier;    /* set by mem_perform_locked(): a durable write's
+			 * failed barrier after its full transfer */
 };
 
 /* One entry of the volatile log: a completed write (data follows) or a
@@ -121,7 +120,7 @@ struct mem_ctx *mem_of(struct folio_engine *e);
 
 /* Move the data of a held request as its plan says (lock held); the plan
  * becomes the completion result, with the barrier's outcome beside it. */
-void mem_perform(struct mem_ctx *c, struct mem_held *h);
+void mem_perform_locked(struct mem_ctx *c, struct mem_held *h);
 
 /* ---- store.c ------------------------------------------------------- */
 
@@ -140,46 +139,46 @@ uint64_t mem_map_dev(const struct mem_ctx *c, uint64_t pos);
 bool mem_directed(const struct mem_ctx *c, const struct folio_io *io);
 
 /* Durable bytes at file positions [pos, pos+len) into buf (zeros past
- * the durable size), through the map (lock held). */
-void mem_durable_read(struct mem_ctx *c, uint64_t pos, void *buf,
-		      size_t len);
+ * the durable size), through the map. */
+void mem_durable_read_locked(struct mem_ctx *c, uint64_t pos, void *buf,
+			     size_t len);
 /* Write durable bytes at file positions, growing the durable size; on
- * -ENOMEM nothing past the old durable size is left behind (lock held). */
-int mem_durable_write(struct mem_ctx *c, uint64_t pos, const void *buf,
-		      size_t len);
-/* Shrink (zeroing and freeing what lies past) or grow the durable size
- * (lock held). */
-void mem_durable_resize(struct mem_ctx *c, uint64_t size);
+ * -ENOMEM nothing past the old durable size is left behind. */
+int mem_durable_write_locked(struct mem_ctx *c, uint64_t pos, const void *buf,
+			     size_t len);
+/* Shrink (zeroing and freeing what lies past) or grow the durable size. */
+void mem_durable_resize_locked(struct mem_ctx *c, uint64_t size);
 
 /* ---- volatile.c ---------------------------------------------------- */
 
 /* Log a completed write of the first @n bytes of @io's data, or a
- * truncate (lock held). -ENOMEM changes nothing. */
-int mem_log_write(struct mem_ctx *c, const struct folio_io *io, size_t n);
-int mem_log_truncate(struct mem_ctx *c, uint64_t size);
+ * truncate. -ENOMEM changes nothing. */
+int mem_log_write_locked(struct mem_ctx *c, const struct folio_io *io,
+			 size_t n);
+int mem_log_truncate_locked(struct mem_ctx *c, uint64_t size);
 /* Lay the log over bytes [pos, pos+len) of what a read got from the
- * durable store (lock held). */
-void mem_log_overlay(struct mem_ctx *c, uint64_t pos,
-		     const struct iovec *iov, int iovcnt, size_t len);
-/* Make the log durable in order (lock held). 0, or -ENOMEM with the
+ * durable store. */
+void mem_log_overlay_locked(struct mem_ctx *c, uint64_t pos,
+			    const struct iovec *iov, int iovcnt, size_t len);
+/* Make the log durable in order. 0, or -ENOMEM with the
  * entries not yet applied still logged. */
-int mem_log_apply(struct mem_ctx *c);
-/* Discard the log: reads see the durable store again (lock held). */
-void mem_log_discard(struct mem_ctx *c);
+int mem_log_apply_locked(struct mem_ctx *c);
+/* Discard the log: reads see the durable store again. */
+void mem_log_discard_locked(struct mem_ctx *c);
 void mem_log_free(struct mem_ctx *c);
 
 /* ---- fault.c ------------------------------------------------------- */
 
-/* The rule that fires on this call, or NULL (lock held). */
-const struct folio_mem_fault *mem_fault_check(struct mem_ctx *c,
-					      unsigned opbit,
-					      const struct folio_io *io);
+/* The rule that fires on this call, or NULL. */
+const struct folio_mem_fault *mem_fault_check_locked(struct mem_ctx *c,
+						     unsigned opbit,
+						     const struct folio_io *io);
 
 /* ---- sched.c ------------------------------------------------------- */
 
 void mem_seed(struct mem_ctx *c, uint64_t seed);
-/* Room for one more held request (lock held); -ENOMEM. */
-int mem_held_reserve(struct mem_ctx *c);
+/* Room for one more held request; -ENOMEM. */
+int mem_held_reserve_locked(struct mem_ctx *c);
 /* Complete every held request with @err (lock held on entry, released on
  * return). */
 void mem_fail_held(struct mem_ctx *c, ssize_t err);

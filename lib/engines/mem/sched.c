@@ -51,7 +51,7 @@ void mem_seed(struct mem_ctx *c, uint64_t seed)
 
 /* ---- held requests -------------------------------------------------- */
 
-int mem_held_reserve(struct mem_ctx *c)
+int mem_held_reserve_locked(struct mem_ctx *c)
 {
 	if (c->nheld < c->held_cap)
 		return 0;
@@ -64,9 +64,9 @@ int mem_held_reserve(struct mem_ctx *c)
 	return 0;
 }
 
-/* Take every held request out (lock held); they count as completing.
+/* Take every held request out; they count as completing.
  * The caller completes them with complete_taken(). */
-static struct mem_held *held_take_all(struct mem_ctx *c, size_t *n)
+static struct mem_held *held_take_all_locked(struct mem_ctx *c, size_t *n)
 {
 	struct mem_held *held = c->held;
 	*n = c->nheld;
@@ -77,7 +77,7 @@ static struct mem_held *held_take_all(struct mem_ctx *c, size_t *n)
 }
 
 /* Account for @n requests whose callbacks have returned, and wake
- * waiters (lock held). */
+ * waiters. */
 static void finished_locked(struct mem_ctx *c, uint64_t n)
 {
 	c->inflight -= n;
@@ -96,7 +96,7 @@ static void mem_finished(struct mem_ctx *c, uint64_t n)
 /*
  * Run the callbacks of @n requests this thread took out (lock not held):
  * each completes with its plan, which by now is its result, or, when
- * @perform, with what mem_perform() makes of the plan. The caller
+ * @perform, with what mem_perform_locked() makes of the plan. The caller
  * accounts for them afterwards.
  */
 static void deliver(struct mem_ctx *c, struct mem_held *h, size_t n,
@@ -106,7 +106,7 @@ static void deliver(struct mem_ctx *c, struct mem_held *h, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		if (perform) {
 			pthread_mutex_lock(&c->lock);
-			mem_perform(c, &h[i]);
+			mem_perform_locked(c, &h[i]);
 			pthread_mutex_unlock(&c->lock);
 		}
 		engine_complete(h[i].io, h[i].plan, h[i].barrier);
@@ -115,8 +115,8 @@ static void deliver(struct mem_ctx *c, struct mem_held *h, size_t n,
 }
 
 /* Complete @n taken requests with @result, or, when @perform, with what
- * mem_perform() gives each; then account for them, free @held and wake
- * waiters (lock not held). */
+ * mem_perform_locked() gives each; then account for them, free @held and
+ * wake waiters (lock not held). */
 static void complete_taken(struct mem_ctx *c, struct mem_held *held,
 			   size_t n, bool perform, ssize_t result)
 {
@@ -134,7 +134,7 @@ static void complete_taken(struct mem_ctx *c, struct mem_held *held,
 void mem_fail_held(struct mem_ctx *c, ssize_t err)
 {
 	size_t n;
-	struct mem_held *held = held_take_all(c, &n);
+	struct mem_held *held = held_take_all_locked(c, &n);
 	pthread_mutex_unlock(&c->lock);
 	complete_taken(c, held, n, false, err);
 }
@@ -155,14 +155,14 @@ static struct mem_held held_take(struct mem_ctx *c, size_t i)
 }
 
 /* Take up to @max held requests in pseudo-random order, perform them, and
- * store (io, result) in @out (lock held). Returns how many. */
-static unsigned take_random(struct mem_ctx *c, struct mem_held *out,
-			    unsigned max)
+ * store (io, result) in @out. Returns how many. */
+static unsigned take_random_locked(struct mem_ctx *c, struct mem_held *out,
+				   unsigned max)
 {
 	unsigned k = 0;
 	while (k < max && c->nheld) {
 		struct mem_held h = held_take(c, mem_rand(c) % c->nheld);
-		mem_perform(c, &h);
+		mem_perform_locked(c, &h);
 		out[k] = h;
 		k++;
 	}
@@ -176,7 +176,7 @@ static void complete_random(struct mem_ctx *c, struct mem_held *buf,
 			    unsigned max)
 {
 	unsigned k = 1 + (unsigned)(mem_rand(c) % max);
-	k = take_random(c, buf, k);
+	k = take_random_locked(c, buf, k);
 	pthread_mutex_unlock(&c->lock);
 	deliver(c, buf, k, false);
 	pthread_mutex_lock(&c->lock);
@@ -303,7 +303,7 @@ int folio_engine_mem_set_mode(struct folio_engine *e,
 	c->mode = mode;
 	mem_seed(c, seed);
 	size_t n;
-	struct mem_held *held = held_take_all(c, &n);
+	struct mem_held *held = held_take_all_locked(c, &n);
 	pthread_cond_broadcast(&c->work_cv);
 	pthread_mutex_unlock(&c->lock);
 

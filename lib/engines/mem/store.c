@@ -234,7 +234,8 @@ static void piece_zero(struct mem_ctx *c, uint64_t dev, uint64_t off,
 
 /* ---- the durable object, in file positions -------------------------- */
 
-void mem_durable_read(struct mem_ctx *c, uint64_t pos, void *buf, size_t len)
+void mem_durable_read_locked(struct mem_ctx *c, uint64_t pos, void *buf,
+			     size_t len)
 {
 	for_each_piece(c, pos, len, false, piece_read, buf);
 	if (pos + len > c->dsize) {
@@ -243,8 +244,8 @@ void mem_durable_read(struct mem_ctx *c, uint64_t pos, void *buf, size_t len)
 	}
 }
 
-int mem_durable_write(struct mem_ctx *c, uint64_t pos, const void *buf,
-		      size_t len)
+int mem_durable_write_locked(struct mem_ctx *c, uint64_t pos, const void *buf,
+			     size_t len)
 {
 	if (!len)
 		return 0;
@@ -263,7 +264,7 @@ int mem_durable_write(struct mem_ctx *c, uint64_t pos, const void *buf,
 	return 0;
 }
 
-void mem_durable_resize(struct mem_ctx *c, uint64_t size)
+void mem_durable_resize_locked(struct mem_ctx *c, uint64_t size)
 {
 	if (size < c->dsize) {
 		/* Bytes past the old size are zero already, so zeroing up to

@@ -23,7 +23,7 @@ static void log_append(struct mem_ctx *c, struct mem_log *l)
 		c->log_bytes += l->len;
 }
 
-int mem_log_write(struct mem_ctx *c, const struct folio_io *io, size_t n)
+int mem_log_write_locked(struct mem_ctx *c, const struct folio_io *io, size_t n)
 {
 	struct mem_log *l = malloc(sizeof(*l) + n);
 	if (!l)
@@ -41,7 +41,7 @@ int mem_log_write(struct mem_ctx *c, const struct folio_io *io, size_t n)
 	return 0;
 }
 
-int mem_log_truncate(struct mem_ctx *c, uint64_t size)
+int mem_log_truncate_locked(struct mem_ctx *c, uint64_t size)
 {
 	struct mem_log *l = malloc(sizeof(*l));
 	if (!l)
@@ -71,8 +71,8 @@ static void iov_copy_in(const struct iovec *iov, int cnt, size_t off,
 	}
 }
 
-void mem_log_overlay(struct mem_ctx *c, uint64_t pos,
-		     const struct iovec *iov, int iovcnt, size_t len)
+void mem_log_overlay_locked(struct mem_ctx *c, uint64_t pos,
+			    const struct iovec *iov, int iovcnt, size_t len)
 {
 	uint64_t end = pos + len;
 	for (const struct mem_log *l = c->log_head; l; l = l->next) {
@@ -93,10 +93,10 @@ void mem_log_overlay(struct mem_ctx *c, uint64_t pos,
 static int log_apply_one(struct mem_ctx *c, const struct mem_log *l)
 {
 	if (l->truncate) {
-		mem_durable_resize(c, l->pos);
+		mem_durable_resize_locked(c, l->pos);
 		return 0;
 	}
-	return mem_durable_write(c, l->pos, l->data, l->len);
+	return mem_durable_write_locked(c, l->pos, l->data, l->len);
 }
 
 /* Unlink and free the first entry. */
@@ -112,7 +112,7 @@ static void log_pop(struct mem_ctx *c)
 	free(l);
 }
 
-int mem_log_apply(struct mem_ctx *c)
+int mem_log_apply_locked(struct mem_ctx *c)
 {
 	while (c->log_head) {
 		int ret = log_apply_one(c, c->log_head);
@@ -125,7 +125,7 @@ int mem_log_apply(struct mem_ctx *c)
 	return 0;
 }
 
-void mem_log_discard(struct mem_ctx *c)
+void mem_log_discard_locked(struct mem_ctx *c)
 {
 	c->st.lost_ops += c->log_ops;
 	c->st.lost_bytes += c->log_bytes;
@@ -149,7 +149,7 @@ int folio_engine_mem_set_volatile(struct folio_engine *e, bool on)
 	pthread_mutex_lock(&c->lock);
 	int ret = 0;
 	if (!on)
-		ret = mem_log_apply(c);
+		ret = mem_log_apply_locked(c);
 	if (!ret)
 		c->volatile_on = on;
 	pthread_mutex_unlock(&c->lock);
@@ -180,7 +180,7 @@ int folio_engine_mem_power_cut(struct folio_engine *e, unsigned flags,
 	c->st.power_cuts++;
 	/* Requests submitted before now and not yet performed never land:
 	 * held ones are failed below, ones a mode switch has taken out
-	 * see the new epoch in mem_perform(). */
+	 * see the new epoch in mem_perform_locked(). */
 	c->epoch++;
 	int ret = 0;
 	if (flags & FOLIO_MEM_CUT_KEEP_SOME) {
@@ -203,7 +203,7 @@ int folio_engine_mem_power_cut(struct folio_engine *e, unsigned flags,
 	}
 	/* What is left (all of it without KEEP_SOME; the rest after an
 	 * allocation failure) is lost. */
-	mem_log_discard(c);
+	mem_log_discard_locked(c);
 	if (flags & FOLIO_MEM_CUT_STAY_OFF)
 		c->powered_off = true;
 	mem_fail_held(c, -EIO);
