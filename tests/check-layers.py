@@ -11,7 +11,7 @@ Rules:
   - a file includes internal headers by layer path ("folio/folio.h"), from
     its own layer or one below it; mapping and engines are side by side
     and never include each other; public headers ("folio_state.h",
-    "folio_state_mem.h") may be included anywhere;
+    "folio_state_mem.h", "folio_state_rados.h") may be included anywhere;
   - the folio flag bits (FOLIO_F_*) are the folio layer's: the layers above
     go through its functions.
 """
@@ -22,7 +22,7 @@ import tempfile
 
 RANK = {'base': 0, 'alloc': 1, 'bitmap': 2, 'folio': 3, 'engine': 4,
         'mapping': 5, 'engines': 5, 'pool': 6}
-PUBLIC = {'folio_state.h', 'folio_state_mem.h'}
+PUBLIC = {'folio_state.h', 'folio_state_mem.h', 'folio_state_rados.h'}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 FLAG = re.compile(r'\bFOLIO_F_[A-Z_]+\b')
 

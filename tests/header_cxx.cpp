@@ -3,6 +3,7 @@
 // must link with C linkage (a missing extern "C" fails at link time).
 #include "folio_state.h"
 #include "folio_state_mem.h"
+#include "folio_state_rados.h"
 
 #include <cstdio>
 

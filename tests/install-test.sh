@@ -77,6 +77,7 @@ dest=$tmp/dest
 	fi
 	echo "$includedir/folio_state.h"
 	echo "$includedir/folio_state_mem.h"
+	echo "$includedir/folio_state_rados.h"
 	echo "$libdir/pkgconfig/libfolio-state.pc"
 	if [ -n "$want_shared" ]; then
 		echo "$libdir/libfolio-state.so"
@@ -176,7 +177,8 @@ fi
 # declared in an installed header (A entries are the version-script nodes,
 # not symbols; tests/abi checks the names against the headers exactly).
 headers_declare() {
-	grep -q "\<$1(" "$dest$includedir/folio_state.h" "$dest$includedir/folio_state_mem.h"
+	grep -q "\<$1(" "$dest$includedir/folio_state.h" "$dest$includedir/folio_state_mem.h" \
+		"$dest$includedir/folio_state_rados.h"
 }
 if command -v nm >/dev/null 2>&1; then
 	if [ -n "$want_shared" ]; then

@@ -23,13 +23,13 @@
  */
 #include <inttypes.h>
 #include <pthread.h>
-#include <rados/librados.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "base/base.h"
 #include "engines/builtin.h"
+#include "engines/rados_dl.h"
 #include "engines/rados_opts.h"
 
 #define RADOS_NAME_MAX (RADOS_MAX_PREFIX + 18u)
@@ -41,6 +41,11 @@
 #define RADOS_XATTR_OSIZE "folio.object_size"
 
 struct rados_eng;
+
+/* librados' functions (rados_dl.h): loaded by the first
+ * folio_engine_rados(), which fails without them, so every engine
+ * callback finds them. */
+#define R (rados_dl_get())
 
 /* One folio_io in flight. */
 struct rreq {
@@ -112,19 +117,19 @@ static void header_op(const struct rados_eng *re, rados_write_op_t op,
 {
 	int n = snprintf(buf[0], 24, "%" PRIu64, size);
 	int m = snprintf(buf[1], 24, "%" PRIu64, re->osize);
-	rados_write_op_setxattr(op, RADOS_XATTR_SIZE, buf[0], (size_t)n);
-	rados_write_op_setxattr(op, RADOS_XATTR_OSIZE, buf[1], (size_t)m);
+	R->write_op_setxattr(op, RADOS_XATTR_SIZE, buf[0], (size_t)n);
+	R->write_op_setxattr(op, RADOS_XATTR_OSIZE, buf[1], (size_t)m);
 }
 
 static int header_write(struct rados_eng *re, uint64_t size)
 {
-	rados_write_op_t op = rados_create_write_op();
+	rados_write_op_t op = R->create_write_op();
 	if (!op)
 		return -ENOMEM;
 	char buf[2][24];
 	header_op(re, op, size, buf);
-	int r = rados_write_op_operate(op, re->ioctx, re->prefix, NULL, 0);
-	rados_release_write_op(op);
+	int r = R->write_op_operate(op, re->ioctx, re->prefix, NULL, 0);
+	R->release_write_op(op);
 	return r;
 }
 
@@ -133,7 +138,7 @@ static int header_write(struct rados_eng *re, uint64_t size)
 static int header_get(struct rados_eng *re, const char *key, uint64_t *v)
 {
 	char buf[32];
-	int r = rados_getxattr(re->ioctx, re->prefix, key, buf, sizeof(buf) - 1);
+	int r = R->getxattr(re->ioctx, re->prefix, key, buf, sizeof(buf) - 1);
 	if (r == -ENODATA)
 		return -ENOENT;
 	if (r < 0)
@@ -212,8 +217,8 @@ static void rreq_put(struct rreq *rq, int err)
 static void size_update_done(rados_completion_t c, void *arg)
 {
 	struct rados_eng *re = arg;
-	int r = rados_aio_get_return_value(c);
-	rados_aio_release(c);
+	int r = R->aio_get_return_value(c);
+	R->aio_release(c);
 	pthread_mutex_lock(&re->lock);
 	uint64_t to = re->sizing_to;
 	if (!r && to > re->size)
@@ -248,19 +253,19 @@ static void size_update_done(rados_completion_t c, void *arg)
 static void size_update_start(struct rados_eng *re, uint64_t to)
 {
 	rados_completion_t c;
-	rados_write_op_t op = rados_create_write_op();
-	int r = op ? rados_aio_create_completion2(re, size_update_done, &c)
+	rados_write_op_t op = R->create_write_op();
+	int r = op ? R->aio_create_completion2(re, size_update_done, &c)
 		   : -ENOMEM;
 	if (!r) {
 		char buf[2][24];
 		header_op(re, op, to, buf);
-		r = rados_aio_write_op_operate(op, re->ioctx, c, re->prefix,
+		r = R->aio_write_op_operate(op, re->ioctx, c, re->prefix,
 					       NULL, 0);
 		if (r)
-			rados_aio_release(c);
+			R->aio_release(c);
 	}
 	if (op)
-		rados_release_write_op(op);
+		R->release_write_op(op);
 	if (!r)
 		return;
 	/* Refused at once: fail the writes waiting for it as a failed
@@ -282,9 +287,9 @@ static void rop_free(struct rop *o)
 {
 	if (o->op) {
 		if (o->rq->io->op == FOLIO_IO_READ)
-			rados_release_read_op(o->op);
+			R->release_read_op(o->op);
 		else
-			rados_release_write_op(o->op);
+			R->release_write_op(o->op);
 	}
 	free(o);
 }
@@ -352,8 +357,8 @@ static void rop_done(struct rop *o, int r)
 static void rop_complete(rados_completion_t c, void *arg)
 {
 	struct rop *o = arg;
-	int r = rados_aio_get_return_value(c);
-	rados_aio_release(c);
+	int r = R->aio_get_return_value(c);
+	R->aio_release(c);
 	rop_done(o, r);
 }
 
@@ -363,8 +368,8 @@ static void rop_start(struct rop *o)
 	bool read = o->rq->io->op == FOLIO_IO_READ;
 	char name[RADOS_NAME_MAX];
 	obj_name(re, o->idx, name);
-	o->op = read ? (void *)rados_create_read_op()
-		     : (void *)rados_create_write_op();
+	o->op = read ? (void *)R->create_read_op()
+		     : (void *)R->create_write_op();
 	if (!o->op) {
 		rop_done(o, -ENOMEM);
 		return;
@@ -373,20 +378,20 @@ static void rop_start(struct rop *o)
 	for (int i = 0; i < o->nseg; i++) {
 		struct rseg *s = &o->seg[i];
 		if (read)
-			rados_read_op_read(o->op, off, s->len, s->base,
+			R->read_op_read(o->op, off, s->len, s->base,
 					   &s->got, &s->rval);
 		else
-			rados_write_op_write(o->op, s->base, s->len, off);
+			R->write_op_write(o->op, s->base, s->len, off);
 		off += s->len;
 	}
-	int r = rados_aio_create_completion2(o, rop_complete, &o->c);
+	int r = R->aio_create_completion2(o, rop_complete, &o->c);
 	if (!r) {
-		r = read ? rados_aio_read_op_operate(o->op, re->ioctx, o->c,
+		r = read ? R->aio_read_op_operate(o->op, re->ioctx, o->c,
 						     name, 0)
-			 : rados_aio_write_op_operate(o->op, re->ioctx, o->c,
+			 : R->aio_write_op_operate(o->op, re->ioctx, o->c,
 						      name, NULL, 0);
 		if (r)
-			rados_aio_release(o->c);
+			R->aio_release(o->c);
 	}
 	if (r)
 		rop_done(o, r);
@@ -437,7 +442,7 @@ static int trim(struct rados_eng *re, uint64_t from, uint64_t to)
 	int err = 0;
 	if (from % re->osize) {
 		obj_name(re, first, name);
-		int r = rados_trunc(re->ioctx, name, from % re->osize);
+		int r = R->trunc(re->ioctx, name, from % re->osize);
 		if (r && r != -ENOENT)
 			return r;
 		first++;
@@ -448,23 +453,23 @@ static int trim(struct rados_eng *re, uint64_t from, uint64_t to)
 		int n = 0;
 		for (; n < 64 && first <= last; n++, first++) {
 			obj_name(re, first, name);
-			int r = rados_aio_create_completion2(NULL, NULL, &c[n]);
+			int r = R->aio_create_completion2(NULL, NULL, &c[n]);
 			if (!r)
-				r = rados_aio_remove(re->ioctx, name, c[n]);
+				r = R->aio_remove(re->ioctx, name, c[n]);
 			if (r) {
 				if (!err)
 					err = r;
 				if (c[n])
-					rados_aio_release(c[n]);
+					R->aio_release(c[n]);
 				c[n] = NULL;
 			}
 		}
 		for (int i = 0; i < n; i++) {
 			if (!c[i])
 				continue;
-			rados_aio_wait_for_complete(c[i]);
-			int r = rados_aio_get_return_value(c[i]);
-			rados_aio_release(c[i]);
+			R->aio_wait_for_complete(c[i]);
+			int r = R->aio_get_return_value(c[i]);
+			R->aio_release(c[i]);
 			if (r && r != -ENOENT && !err)
 				err = r;
 		}
@@ -617,9 +622,9 @@ static void rados_destroy(void *ctx)
 	while (re->reqs || re->sizing)
 		pthread_cond_wait(&re->cond, &re->lock);
 	pthread_mutex_unlock(&re->lock);
-	rados_ioctx_destroy(re->ioctx);
+	R->ioctx_destroy(re->ioctx);
 	if (re->own_cluster)
-		rados_shutdown(re->cluster);
+		R->shutdown(re->cluster);
 	pthread_mutex_destroy(&re->lock);
 	pthread_mutex_destroy(&re->trim_lock);
 	pthread_cond_destroy(&re->cond);
@@ -630,23 +635,23 @@ static void rados_destroy(void *ctx)
 
 static int connect_own(struct rados_eng *re, const struct folio_rados_opts *o)
 {
-	int r = rados_create(&re->cluster, o->client ? o->client : "admin");
+	int r = R->create(&re->cluster, o->client ? o->client : "admin");
 	if (r)
 		return r;
 	char t[16];
 	snprintf(t, sizeof(t), "%u", o->timeout ? o->timeout
 						 : FOLIO_RADOS_DEFAULT_TIMEOUT);
-	r = rados_conf_read_file(re->cluster, o->conf_path);
+	r = R->conf_read_file(re->cluster, o->conf_path);
 	if (!r)
-		r = rados_conf_set(re->cluster, "rados_osd_op_timeout", t);
+		r = R->conf_set(re->cluster, "rados_osd_op_timeout", t);
 	if (!r)
-		r = rados_conf_set(re->cluster, "rados_mon_op_timeout", t);
+		r = R->conf_set(re->cluster, "rados_mon_op_timeout", t);
 	if (!r)
-		r = rados_conf_set(re->cluster, "client_mount_timeout", t);
+		r = R->conf_set(re->cluster, "client_mount_timeout", t);
 	if (!r)
-		r = rados_connect(re->cluster);
+		r = R->connect(re->cluster);
 	if (r) {
-		rados_shutdown(re->cluster);
+		R->shutdown(re->cluster);
 		return r;
 	}
 	re->own_cluster = true;
@@ -660,7 +665,7 @@ static int rados_open(struct rados_eng *re, const struct folio_rados_opts *o)
 		return r;
 	if (o->cluster)
 		re->cluster = o->cluster;
-	r = rados_ioctx_create(re->cluster, o->pool, &re->ioctx);
+	r = R->ioctx_create(re->cluster, o->pool, &re->ioctx);
 	if (r)
 		goto out_cluster;
 	uint64_t osize;
@@ -675,14 +680,14 @@ static int rados_open(struct rados_eng *re, const struct folio_rados_opts *o)
 	}
 	if (r || re->size > FOLIO_MAX_POS) {
 		r = r ? r : -EINVAL;
-		rados_ioctx_destroy(re->ioctx);
+		R->ioctx_destroy(re->ioctx);
 		goto out_cluster;
 	}
 	re->extent = re->size;
 	return 0;
 out_cluster:
 	if (re->own_cluster)
-		rados_shutdown(re->cluster);
+		R->shutdown(re->cluster);
 	return r;
 }
 
@@ -692,6 +697,8 @@ int folio_engine_rados(struct folio_engine **out,
 	int r = rados_opts_check(opts);
 	if (r || !out)
 		return r ? r : -EINVAL;
+	if (!R)
+		return -ENOSYS;
 	struct folio_rados_opts o = {0};
 	memcpy(&o, opts, MIN(opts->sz, sizeof(o)));
 	opts = &o;
