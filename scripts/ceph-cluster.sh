@@ -81,7 +81,6 @@ auth client required = none
 auth supported = none
 log file = $dir/log/\$name.log
 pid file = $dir/\$name.pid
-admin socket = $dir/run/\$name.asok
 run dir = $dir/run
 crash dir = $dir/log
 osd pool default size = 1
@@ -91,20 +90,31 @@ mon allow pool size one = true
 mon warn on pool no redundancy = false
 mon data avail warn = 1
 mon data avail crit = 0
-mon osd full ratio = .99
-mon osd backfillfull ratio = .99
-mon osd nearfull ratio = .99
+mon osd full ratio = .97
+mon osd backfillfull ratio = .96
+mon osd nearfull ratio = .95
 osd crush chooseleaf type = 0
 paxos propose interval = 0.01
 mon client hunt interval = 0.1
 client mount timeout = 10
 rados osd op timeout = 10
 
+# Clients (tests, benchmarks) neither log nor open an admin socket:
+# many run at once and would fight over one path.
+[client]
+log file = /dev/null
+admin socket =
+
 [mon.a]
+admin socket = $dir/run/\$name.asok
 mon data = $dir/mon
 mon initial members = a
 
+# memstore keeps objects in RAM; device bytes is its capacity (used
+# lazily). A full OSD does not fail writes, it holds them (clients then
+# see their timeout), so benchmarks clean up after themselves.
 [osd.0]
+admin socket = $dir/run/\$name.asok
 osd objectstore = memstore
 osd data = $dir/osd/0
 memstore page set = true

@@ -474,11 +474,6 @@ int main(void)
 		       "test.sh starts a cluster with scripts/ceph-cluster.sh)\n");
 		return 0;
 	}
-	if (getenv("FOLIO_TEST_VALGRIND")) {
-		printf("1..0 # SKIP under valgrind: librados' own threads and "
-		       "allocations make memcheck unusable\n");
-		return 0;
-	}
 	if (rados_create(&raw, "admin") || rados_conf_read_file(raw, conf) ||
 	    rados_conf_set(raw, "rados_osd_op_timeout", "30") ||
 	    rados_connect(raw) || rados_ioctx_create(raw, pool, &rio)) {

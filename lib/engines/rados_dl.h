@@ -17,12 +17,13 @@
 /* Every librados function the engine calls. */
 #define RADOS_DL_FUNCS(X)                                                   \
 	X(aio_create_completion2) X(aio_get_return_value) X(aio_release)    \
-	X(aio_read_op_operate) X(aio_write_op_operate) X(aio_remove)        \
-	X(aio_wait_for_complete) X(conf_read_file) X(conf_set) X(connect)   \
-	X(create) X(create_read_op) X(create_write_op) X(getxattr)          \
-	X(ioctx_create) X(ioctx_destroy) X(read_op_read)                    \
-	X(release_read_op) X(release_write_op) X(shutdown) X(trunc)         \
-	X(write_op_operate) X(write_op_setxattr) X(write_op_write)
+	X(aio_read) X(aio_write) X(aio_read_op_operate)                     \
+	X(aio_write_op_operate) X(aio_remove) X(aio_wait_for_complete)      \
+	X(conf_read_file) X(conf_set) X(connect) X(create)                  \
+	X(create_read_op) X(create_write_op) X(getxattr) X(ioctx_create)    \
+	X(ioctx_destroy) X(read_op_read) X(release_read_op)                 \
+	X(release_write_op) X(shutdown) X(trunc) X(write_op_operate)        \
+	X(write_op_setxattr) X(write_op_write)
 
 struct rados_dl {
 #define RADOS_DL_FIELD(name) __typeof__(rados_##name) *name;
