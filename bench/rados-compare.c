@@ -420,13 +420,20 @@ int main(int argc, char **argv)
 		      s_w8[NKIND] = {0};
 	for (int r = 0; r < rounds; r++) {
 		fprintf(stderr, "round %d/%d\n", r + 1, rounds);
-		for (int k = 0; k < NKIND; k++)
+		/* Each round starts with another contender, so none always
+		 * follows the same one. */
+		for (int j = 0; j < NKIND; j++) {
+			int k = (j + r) % NKIND;
 			s_rw[k].v[s_rw[k].n++] =
 				run_randwrite(&tg[k], (uint64_t)r * 7 + 1);
-		for (int k = 0; k < RAW; k++)
+		}
+		for (int j = 0; j < RAW; j++) {
+			int k = (j + r) % RAW;
 			s_rr[k].v[s_rr[k].n++] =
 				run_randread(&tg[k], (uint64_t)r * 7 + 3);
-		for (int k = 0; k < RAW; k++) {
+		}
+		for (int j = 0; j < RAW; j++) {
+			int k = (j + r) % RAW;
 			struct target cold;
 			char name[64];
 			snprintf(name, sizeof(name), "%s.main.%d", tag, k);
@@ -434,10 +441,12 @@ int main(int argc, char **argv)
 			s_sr[k].v[s_sr[k].n++] = run_seqread(&cold);
 			target_close(&cold);
 		}
-		for (int k = 0; k < NKIND; k++)
+		for (int j = 0; j < NKIND; j++) {
+			int k = (j + r) % NKIND;
 			if (k != RBD_NOCACHE)
 				s_w8[k].v[s_w8[k].n++] =
 					run_writers(wt[k], (uint64_t)r + 5);
+		}
 	}
 	printf("workload        contender                          median\n");
 	for (int k = 0; k < NKIND; k++)

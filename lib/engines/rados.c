@@ -520,7 +520,7 @@ static int trim_garbage(struct rados_eng *re)
 
 /* ---- callbacks ------------------------------------------------------ */
 
-static int rados_submit(void *ctx, struct folio_io *io)
+static int re_submit(void *ctx, struct folio_io *io)
 {
 	struct rados_eng *re = ctx;
 	int r = engine_check_io(io);
@@ -585,7 +585,7 @@ static int rados_submit(void *ctx, struct folio_io *io)
 
 /* Every completed write is already durable (RADOS acknowledges on
  * commit): a flush only waits for the writes in flight when it began. */
-static int rados_flush(void *ctx)
+static int re_flush(void *ctx)
 {
 	struct rados_eng *re = ctx;
 	pthread_mutex_lock(&re->lock);
@@ -597,7 +597,7 @@ static int rados_flush(void *ctx)
 	return 0;
 }
 
-static int rados_truncate(void *ctx, uint64_t size)
+static int re_truncate(void *ctx, uint64_t size)
 {
 	struct rados_eng *re = ctx;
 	if (size > FOLIO_MAX_POS)
@@ -636,7 +636,7 @@ static int rados_truncate(void *ctx, uint64_t size)
 	return 0;
 }
 
-static void rados_destroy(void *ctx)
+static void re_destroy(void *ctx)
 {
 	struct rados_eng *re = ctx;
 	pthread_mutex_lock(&re->lock);
@@ -680,7 +680,7 @@ static int connect_own(struct rados_eng *re, const struct folio_rados_opts *o)
 	return 0;
 }
 
-static int rados_open(struct rados_eng *re, const struct folio_rados_opts *o)
+static int re_open(struct rados_eng *re, const struct folio_rados_opts *o)
 {
 	int r = o->cluster ? 0 : connect_own(re, o);
 	if (r)
@@ -734,7 +734,7 @@ int folio_engine_rados(struct folio_engine **out,
 	pthread_mutex_init(&re->lock, NULL);
 	pthread_mutex_init(&re->trim_lock, NULL);
 	pthread_cond_init(&re->cond, NULL);
-	r = rados_open(re, opts);
+	r = re_open(re, opts);
 	if (r) {
 		pthread_mutex_destroy(&re->lock);
 		pthread_mutex_destroy(&re->trim_lock);
@@ -744,23 +744,23 @@ int folio_engine_rados(struct folio_engine **out,
 	}
 	struct folio_engine_ops ops = {
 		.sz = sizeof(ops),
-		.submit = rados_submit,
-		.flush = rados_flush,
-		.truncate = rados_truncate,
-		.destroy = rados_destroy,
+		.submit = re_submit,
+		.flush = re_flush,
+		.truncate = re_truncate,
+		.destroy = re_destroy,
 		.caps = FOLIO_ENGINE_CAP_DURABLE,
 	};
 	r = folio_engine_new(out, &ops, re);
 	if (r) {
 		re->closing = true;
-		rados_destroy(re);
+		re_destroy(re);
 	}
 	return r;
 }
 
 int folio_engine_rados_size(struct folio_engine *e, uint64_t *size)
 {
-	if (!e || !size || e->ops.submit != rados_submit)
+	if (!e || !size || e->ops.submit != re_submit)
 		return -EINVAL;
 	struct rados_eng *re = folio_engine_ctx(e);
 	pthread_mutex_lock(&re->lock);
