@@ -67,10 +67,14 @@ static int64_t raw_obj_size(const char *prefix, uint64_t idx)
 	return r ? r : (int64_t)size;
 }
 
+/* The size the header holds; 0 without a header (as the engine reads
+ * it: nothing has set a size yet). */
 static int64_t raw_header_size(const char *prefix)
 {
 	char buf[32];
 	int r = rados_getxattr(rio, prefix, "folio.size", buf, sizeof(buf) - 1);
+	if (r == -ENOENT)
+		return 0;
 	if (r < 0)
 		return r;
 	buf[r] = 0;
