@@ -312,6 +312,31 @@ static void test_model(void **state)
 	free(chk);
 }
 
+/* The size grows only once the data is stored: a write the OSD refuses
+ * (past its largest object, osd_max_object_size, 128 MiB by default)
+ * leaves the header's size where it was. Growing the size first, or at
+ * the same time, would leave a size over bytes that were never stored. */
+static void test_size_after_failed_write(void **state)
+{
+	char prefix[64];
+	prefix_of(prefix, sizeof(prefix), "size_after_failed_write");
+	struct folio_engine *e = open_engine(prefix, UINT64_C(1) << 30, 0);
+	char buf[4096];
+	fill(buf, sizeof(buf), 3);
+	assert_int_equal(do_io(e, FOLIO_IO_WRITE, 0, buf, sizeof(buf), 1, 0),
+			 4096);
+	long r = do_io(e, FOLIO_IO_WRITE, UINT64_C(512) << 20, buf,
+		       sizeof(buf), 2, 0);
+	printf("# a write past the OSD's largest object: %ld\n", r);
+	assert_true(r < 0);
+	assert_int_equal(raw_header_size(prefix), 4096);
+	uint64_t size;
+	assert_int_equal(folio_engine_rados_size(e, &size), 0);
+	assert_int_equal(size, 4096);
+	assert_int_equal(eng_truncate(e, 0), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
 /* ---- fault: the OSD stops answering ---------------------------------- */
 
 static pid_t osd_pid(void)
@@ -491,6 +516,7 @@ int main(void)
 		cmocka_unit_test(test_truncate),
 		cmocka_unit_test(test_completions),
 		cmocka_unit_test(test_model),
+		cmocka_unit_test(test_size_after_failed_write),
 		cmocka_unit_test(test_osd_stopped),
 		cmocka_unit_test(test_bad_input),
 	};
