@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """Keep doc/api.md honest against the public headers (include/folio_state.h
-and include/folio_state_mem.h).
+include/folio_state_mem.h and include/folio_state_rados.h).
 
 Commands (paths default to the ones next to this script):
 
@@ -64,7 +64,7 @@ FRAGMENT_INCLUDES = [
     'errno.h', 'fcntl.h', 'pthread.h', 'stdatomic.h', 'stdbool.h',
     'stdint.h', 'stdio.h', 'stdlib.h', 'string.h', 'sys/stat.h',
     'sys/types.h', 'sys/uio.h', 'time.h', 'unistd.h', 'folio_state.h',
-    'folio_state_mem.h',
+    'folio_state_mem.h', 'folio_state_rados.h',
 ]
 
 # folio_* words in the guide that are not C identifiers of the header.

@@ -5,7 +5,8 @@ set -euo pipefail
 
 FOLIO_PACKAGES=(meson ninja-build pkg-config gcc g++ clang libclang-rt-14-dev
                 libcmocka-dev liburing-dev liburcu-dev valgrind gnuplot-nox python3
-                fuse3 libfuse3-dev sqlite3 fio git libnbd-dev nbdkit libnbd-bin)
+                fuse3 libfuse3-dev sqlite3 fio git libnbd-dev nbdkit libnbd-bin
+                ceph-mon ceph-osd python3-rados librados-dev librbd-dev)
 
 missing=()
 for p in "${FOLIO_PACKAGES[@]}"; do

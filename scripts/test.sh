@@ -18,6 +18,21 @@ export FOLIO_TEST_REQUIRE_NBDKIT=1
 
 step() { printf '\n==== %s ====\n' "$*"; }
 
+# One throwaway Ceph cluster (one monitor, one memstore OSD) for the
+# RADOS engine's tests of every run below; stopped on exit, whatever
+# happens. Without ceph-mon/ceph-osd those tests skip themselves.
+if command -v ceph-mon >/dev/null && command -v ceph-osd >/dev/null; then
+	step "one-node Ceph cluster (scripts/ceph-cluster.sh)"
+	FOLIO_CEPH_DIR=$(mktemp -d /tmp/folio-ceph.XXXXXX)
+	trap 'bash scripts/ceph-cluster.sh stop "$FOLIO_CEPH_DIR"; rm -rf "$FOLIO_CEPH_DIR"' EXIT
+	t0=$(date +%s%N)
+	FOLIO_TEST_CEPH_CONF=$(bash scripts/ceph-cluster.sh start "$FOLIO_CEPH_DIR")
+	export FOLIO_TEST_CEPH_CONF
+	echo "cluster up in $(( ($(date +%s%N) - t0) / 1000000 )) ms: $FOLIO_TEST_CEPH_CONF"
+else
+	echo "ceph-mon/ceph-osd missing: the RADOS engine tests will skip"
+fi
+
 setup() { # dir, then meson options
 	local dir=$1; shift
 	[ -f "$dir/build.ninja" ] || meson setup "$dir" "$@" >/dev/null

@@ -65,10 +65,10 @@ int eng_unplug(struct folio_engine *e);
 int eng_flush(struct folio_engine *e);
 int eng_truncate(struct folio_engine *e, uint64_t size);
 
-/* wait(), or for an engine without one (completes_on_threads) a short
- * sleep. */
+/* wait(), or for an engine without one a short sleep. */
 void eng_progress(struct folio_engine *e);
-/* wait() until each of the n requests has completed. */
+/* wait() until each of the n requests has completed (poll an engine
+ * without wait()). */
 void wait_all(struct folio_engine *e, struct tio *t, int n);
 /* Submit t, start it, wait for it; its result, or submit()'s refusal. */
 long tio_run(struct folio_engine *e, struct tio *t);

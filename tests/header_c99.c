@@ -8,6 +8,7 @@
 #include "folio_state.h"
 #include "folio_state_mem.h"
 #include "folio_state_nbd.h"
+#include "folio_state_rados.h"
 
 size_t header_c99_use(struct folio *f, struct folio_range *r);
 uint64_t header_c99_use_mem(struct folio_mem_stats *st,

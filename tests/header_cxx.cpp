@@ -4,6 +4,7 @@
 #include "folio_state.h"
 #include "folio_state_mem.h"
 #include "folio_state_nbd.h"
+#include "folio_state_rados.h"
 
 #include <cerrno>
 #include <cstdio>

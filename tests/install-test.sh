@@ -78,6 +78,7 @@ dest=$tmp/dest
 	echo "$includedir/folio_state.h"
 	echo "$includedir/folio_state_mem.h"
 	echo "$includedir/folio_state_nbd.h"
+	echo "$includedir/folio_state_rados.h"
 	echo "$libdir/pkgconfig/libfolio-state.pc"
 	if [ -n "$want_shared" ]; then
 		echo "$libdir/libfolio-state.so"
@@ -111,6 +112,7 @@ cat >"$tmp/prog.c" <<'EOF'
 #include <folio_state.h>
 #include <folio_state_mem.h>
 #include <folio_state_nbd.h>
+#include <folio_state_rados.h>
 #include <stdio.h>
 
 int main(void)
@@ -179,7 +181,8 @@ fi
 # not symbols; tests/abi checks the names against the headers exactly).
 headers_declare() {
 	grep -q "\<$1(" "$dest$includedir/folio_state.h" "$dest$includedir/folio_state_mem.h" \
-		"$dest$includedir/folio_state_nbd.h"
+		"$dest$includedir/folio_state_nbd.h" \
+		"$dest$includedir/folio_state_rados.h"
 }
 if command -v nm >/dev/null 2>&1; then
 	if [ -n "$want_shared" ]; then

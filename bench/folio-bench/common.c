@@ -67,6 +67,7 @@ const char *bench_engine_name(enum bench_engine_kind k)
 	case BENCH_ENGINE_POSIX: return "posix";
 	case BENCH_ENGINE_URING: return "uring";
 	case BENCH_ENGINE_MEM: return "mem";
+	case BENCH_ENGINE_RADOS: return "rados";
 	}
 	return "?";
 }
@@ -262,6 +263,9 @@ int bench_engine_open(struct bench_ctx *c, struct bench_engine *be,
 		case BENCH_ENGINE_URING:
 			r = folio_engine_uring(&be->engine, fd, 256, 0);
 			break;
+		case BENCH_ENGINE_RADOS:
+			r = bench_rados_engine(&be->engine);
+			break;
 		default:
 			r = folio_engine_mem(&be->engine, capacity);
 			break;
@@ -278,6 +282,7 @@ int bench_engine_open(struct bench_ctx *c, struct bench_engine *be,
 
 void bench_engine_close(struct bench_engine *be)
 {
+	bench_rados_engine_remove(be->engine);
 	folio_engine_free(be->engine);
 	folio_engine_free(be->mem);
 	devmodel_free(be->dm);
@@ -762,7 +767,7 @@ static const struct common_opt common_opts[] = {
 	{"folio-size", BOPT_FOLIO_SIZE, "SIZE", "max folio size"},
 	{"block-size", BOPT_BLOCK_SIZE, "SIZE", "block size (dirty/uptodate "
 						"granularity)"},
-	{"engine", BOPT_ENGINE, "NAME", "I/O engine: posix, uring or mem"},
+	{"engine", BOPT_ENGINE, "NAME", "I/O engine: posix, uring, mem or rados ($FOLIO_BENCH_CEPH_CONF)"},
 	{"tracking", BOPT_TRACKING, "MODE", "dirty tracking: block (per "
 					    "block) or folio (whole folio)"},
 	{"dir", BOPT_DIR, "DIR", "directory for temporary files"},
@@ -927,9 +932,11 @@ static int set_common(struct bench_ctx *c, const struct common_opt *co,
 			o->engine = BENCH_ENGINE_URING;
 		else if (!strcmp(val, "mem"))
 			o->engine = BENCH_ENGINE_MEM;
+		else if (!strcmp(val, "rados"))
+			o->engine = BENCH_ENGINE_RADOS;
 		else
-			return usage_error(c, "--engine: posix, uring or mem, "
-					      "not '%s'", val);
+			return usage_error(c, "--engine: posix, uring, mem or "
+					      "rados, not '%s'", val);
 		break;
 	case BOPT_TRACKING:
 		if (!strcmp(val, "block"))

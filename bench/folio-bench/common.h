@@ -45,6 +45,7 @@ enum bench_engine_kind {
 	BENCH_ENGINE_POSIX,
 	BENCH_ENGINE_URING,
 	BENCH_ENGINE_MEM,
+	BENCH_ENGINE_RADOS, /* bench_rados.c */
 };
 
 enum bench_tracking {
@@ -200,6 +201,10 @@ struct bench_engine {
 int bench_engine_open(struct bench_ctx *c, struct bench_engine *be,
 		      enum bench_engine_kind kind, int fd, uint64_t capacity);
 void bench_engine_close(struct bench_engine *be);
+/* --engine rados (bench_rados.c): an engine over a fresh striped object;
+ * removing what a RADOS engine stored (nothing for other engines). */
+int bench_rados_engine(struct folio_engine **out);
+void bench_rados_engine_remove(struct folio_engine *e);
 
 /* ---- files for read workloads ------------------------------------------ */
 
