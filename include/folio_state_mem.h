@@ -259,6 +259,10 @@ struct folio_mem_stats {
 	/* Added later (smaller @sz: not filled): FOLIO_IO_DURABLE writes
 	 * accepted (their barriers count in @flushes when they run). */
 	uint64_t durable_writes;
+	/* Added later (smaller @sz: not filled): the writes among
+	 * @inflight. A sync waits for writes, not for reads (readahead) in
+	 * flight, so only this count is 0 once it returned. */
+	uint64_t inflight_writes;
 };
 
 /**

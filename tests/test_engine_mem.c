@@ -643,6 +643,36 @@ static void test_poll_mode(void **state)
 
 /* Data moves at completion time, so a read held behind a write sees
  * whatever has completed when the read completes. */
+/* inflight_writes counts the writes among the held requests, through
+ * completion by wait() and by a power cut failing what is held. */
+static void test_inflight_writes(void **state)
+{
+	(void)state;
+	struct folio_engine *e = mem_new(1 << 20);
+	assert_int_equal(folio_engine_mem_set_mode(e, FOLIO_MEM_POLL, 3), 0);
+	static char buf[3][512];
+	struct tio t[3];
+	for (int round = 0; round < 2; round++) {
+		for (int i = 0; i < 3; i++) {
+			tio_prep(&t[i], i ? FOLIO_IO_READ : FOLIO_IO_WRITE,
+				 (uint64_t)i * 512, buf[i], 512, 1, 0);
+			assert_int_equal(eng_submit(e, &t[i]), 0);
+		}
+		struct folio_mem_stats st = stats(e);
+		assert_int_equal(st.inflight, 3);
+		assert_int_equal(st.inflight_writes, 1);
+		if (round)
+			assert_int_equal(folio_engine_mem_power_cut(e, 0, 0), 0);
+		wait_all(e, t, 3);
+		st = stats(e);
+		assert_int_equal(st.inflight, 0);
+		assert_int_equal(st.inflight_writes, 0);
+		for (int i = 0; i < 3; i++)
+			tio_free(&t[i]);
+	}
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
 static void test_poll_data_at_completion(void **state)
 {
 	struct folio_engine *e = mem_new(1 << 20);
@@ -1846,6 +1876,7 @@ int main(void)
 		cmocka_unit_test(test_map_scatter),
 		cmocka_unit_test(test_map_scatter_random),
 		cmocka_unit_test(test_poll_mode),
+		cmocka_unit_test(test_inflight_writes),
 		cmocka_unit_test(test_poll_data_at_completion),
 		cmocka_unit_test(test_poll_faults_decided_at_submit),
 		cmocka_unit_test(test_mode_switch_drains),

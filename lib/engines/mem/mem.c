@@ -178,6 +178,7 @@ static int mem_submit(void *arg, struct folio_io *io)
 	}
 	ssize_t plan = mem_plan_locked(c, io);
 	c->inflight++;
+	c->inflight_writes += io->op == FOLIO_IO_WRITE;
 	if (c->mode != FOLIO_MEM_SYNC) {
 		c->held[c->nheld++] = (struct mem_held){io, plan, c->epoch, 0};
 		if (c->mode == FOLIO_MEM_THREAD)
@@ -357,6 +358,7 @@ int folio_engine_mem_stats(struct folio_engine *e, struct folio_mem_stats *st)
 	now = c->st;
 	now.size = c->size;
 	now.inflight = c->inflight;
+	now.inflight_writes = c->inflight_writes;
 	now.mem_bytes = c->mem_bytes;
 	now.volatile_bytes = c->log_bytes;
 	now.volatile_ops = c->log_ops;

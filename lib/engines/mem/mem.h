@@ -101,6 +101,7 @@ struct mem_ctx {
 	struct mem_held *held;
 	size_t nheld, held_cap;
 	uint64_t inflight;    /* accepted, completion not yet returned */
+	uint64_t inflight_writes; /* the writes among them */
 	unsigned completing;  /* requests taken out whose callback runs */
 	uint64_t completions; /* progress counter for waiters */
 	bool switching;

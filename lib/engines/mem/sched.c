@@ -76,20 +76,21 @@ static struct mem_held *held_take_all_locked(struct mem_ctx *c, size_t *n)
 	return held;
 }
 
-/* Account for @n requests whose callbacks have returned, and wake
- * waiters. */
-static void finished_locked(struct mem_ctx *c, uint64_t n)
+/* Account for @n requests, @writes of them writes, whose callbacks have
+ * returned, and wake waiters. */
+static void finished_locked(struct mem_ctx *c, uint64_t n, uint64_t writes)
 {
 	c->inflight -= n;
+	c->inflight_writes -= writes;
 	c->completing -= (unsigned)n;
 	c->completions += n;
 	pthread_cond_broadcast(&c->progress_cv);
 }
 
-static void mem_finished(struct mem_ctx *c, uint64_t n)
+static void mem_finished(struct mem_ctx *c, uint64_t n, uint64_t writes)
 {
 	pthread_mutex_lock(&c->lock);
-	finished_locked(c, n);
+	finished_locked(c, n, writes);
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -97,21 +98,25 @@ static void mem_finished(struct mem_ctx *c, uint64_t n)
  * Run the callbacks of @n requests this thread took out (lock not held):
  * each completes with its plan, which by now is its result, or, when
  * @perform, with what mem_perform_locked() makes of the plan. The caller
- * accounts for them afterwards.
+ * accounts for them afterwards. Returns how many were writes.
  */
-static void deliver(struct mem_ctx *c, struct mem_held *h, size_t n,
-		    bool perform)
+static uint64_t deliver(struct mem_ctx *c, struct mem_held *h, size_t n,
+			bool perform)
 {
 	struct engine_own saved = engine_own_enter(&mem_own, c, n);
+	uint64_t writes = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (perform) {
 			pthread_mutex_lock(&c->lock);
 			mem_perform_locked(c, &h[i]);
 			pthread_mutex_unlock(&c->lock);
 		}
+		/* Before the completion, which may free the request. */
+		writes += h[i].io->op == FOLIO_IO_WRITE;
 		engine_complete(h[i].io, h[i].plan, h[i].barrier);
 	}
 	engine_own_leave(&mem_own, saved);
+	return writes;
 }
 
 /* Complete @n taken requests with @result, or, when @perform, with what
@@ -126,9 +131,9 @@ static void complete_taken(struct mem_ctx *c, struct mem_held *held,
 			held[i].barrier = 0;
 		}
 	}
-	deliver(c, held, n, perform);
+	uint64_t writes = deliver(c, held, n, perform);
 	free(held);
-	mem_finished(c, n);
+	mem_finished(c, n, writes);
 }
 
 void mem_fail_held(struct mem_ctx *c, ssize_t err)
@@ -142,8 +147,7 @@ void mem_fail_held(struct mem_ctx *c, ssize_t err)
 void mem_deliver_one(struct mem_ctx *c, const struct mem_held *done)
 {
 	struct mem_held h = *done;
-	deliver(c, &h, 1, false);
-	mem_finished(c, 1);
+	mem_finished(c, 1, deliver(c, &h, 1, false));
 }
 
 /* Remove held request i (order does not matter: picks are random). */
@@ -178,9 +182,9 @@ static void complete_random(struct mem_ctx *c, struct mem_held *buf,
 	unsigned k = 1 + (unsigned)(mem_rand(c) % max);
 	k = take_random_locked(c, buf, k);
 	pthread_mutex_unlock(&c->lock);
-	deliver(c, buf, k, false);
+	uint64_t writes = deliver(c, buf, k, false);
 	pthread_mutex_lock(&c->lock);
-	finished_locked(c, k);
+	finished_locked(c, k, writes);
 }
 
 /* ---- wait() and the completion thread ------------------------------- */
