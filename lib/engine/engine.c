@@ -179,9 +179,11 @@ void folio_io_complete_durable(struct folio_io *io, ssize_t result,
 	 * an ordinary completion. A positive barrier is a confused engine:
 	 * a failure, as engine_result() makes of any callback's. */
 	if ((io->flags & FOLIO_IO_DURABLE) && result == (ssize_t)io->len &&
-	    barrier)
+	    barrier) {
+		int err = engine_result(barrier);
 		container_of(io, struct engine_io, io)->barrier_error =
-			engine_result(barrier);
+			(int16_t)(err < -4095 ? -EIO : err);
+	}
 	folio_io_complete(io, result);
 }
 

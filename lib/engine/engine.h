@@ -99,8 +99,11 @@ struct engine_io {
 	/* A durable write whose data reached the store in full but whose
 	 * barrier failed (folio_io_complete_durable()): the barrier's
 	 * negative errno, else 0. The bytes count as written (the store
-	 * holds them, and its size grew), the failure as a failed flush. */
-	int barrier_error;
+	 * holds them, and its size grew), the failure as a failed flush.
+	 * 16 bits (errno values are small) fit the padding after
+	 * barrier_untrusted: the request, zeroed per submission, stays
+	 * as large as it was. */
+	int16_t barrier_error;
 };
 
 /* Submit a library request (an engine_io). Inline: every request comes

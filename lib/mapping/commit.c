@@ -410,7 +410,12 @@ uint64_t mapping_durable_epoch(struct folio_mapping *m,
 	int64_t outcome = DURABLE_PENDING;
 	int err = result < 0 ? (int)result : io->base.barrier_error;
 	if (err) {
-		/* engine.c counted it as a failed flush of the engine. */
+		/* engine.c counted it as a failed flush of the engine. A
+		 * failed transfer's completion records its error; a barrier's
+		 * is recorded here, before any of the write's folios ends
+		 * its writeback (a sync woken by that sees it). */
+		if (result >= 0)
+			errseq_record(m, err);
 		outcome = err;
 		atomic_store(&m->commit.durable_failed, true);
 	} else if ((size_t)result == io->base.io.len &&

@@ -64,10 +64,11 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 	struct mapping_io *io = container_of(rq, struct mapping_io, base);
 	struct folio_mapping *m = io->m;
 	size_t len = io->base.io.len;
-	/* A durable write may have reached the store and failed only in
-	 * its barrier: its bytes count as written (they are in the store,
-	 * whose size they grew), the failure as the flush's it was. */
-	int err = result < 0 ? (int)result : io->base.barrier_error;
+	/* A durable write that failed only in its barrier completes with
+	 * its full length: its bytes count as written (they are in the
+	 * store, whose size they grew), and mapping_durable_epoch()
+	 * records the failure as the flush's it was. */
+	int err = result < 0 ? (int)result : 0;
 	size_t good = result < 0 ? 0 : MIN((size_t)result, len);
 	bool drop = err && (m->flags & FOLIO_MAPPING_DROP_ON_ERROR);
 	uint64_t epoch = mapping_unstable_epoch(m, io, result);
