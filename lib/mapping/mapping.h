@@ -161,35 +161,38 @@ struct folio_mapping {
 	/* Flushes (commit.c). Lock: commit.lock, a leaf, for every plain
 	 * field; the atomics are read without it. */
 	struct {
-		/* A write completing in epoch E is covered by a flush that
-		 * starts after the epoch moved past E. Moved on under
-		 * `lock`, read by completions without it. */
-		_Atomic uint64_t flush_epoch;
+		/* A write completing in generation G is covered by a flush
+		 * that starts after the generation moved past G. Moved on
+		 * by the flush role's holder, read by completions without
+		 * a lock. */
+		_Atomic uint64_t flush_gen;
 		/* The engine's flush_failures as of this mapping's last
 		 * settled flush (held while a flush runs). */
 		uint64_t failures_seen;
 		pthread_mutex_t lock;
 		/* The flush role, no lock: COMMIT_ROLE_* bits in a futex
 		 * word whose upper bits count releases, so a thread that
-		 * saw it taken sleeps until it changes. Generations are
-		 * started by the role's holder only; finished moves on
-		 * when it hands the role back. */
+		 * saw it taken sleeps until it changes. Flush rounds are
+		 * started by the role's holder only; rounds_finished
+		 * moves on when it hands the role back. */
 		atomic_uint role;
-		_Atomic uint64_t started, finished;
+		_Atomic uint64_t rounds_started, rounds_finished;
 		/* Engine truncates no flush has covered yet: a flush that
 		 * fails may have lost them too (a volatile disk cache), so
 		 * they are redone. `low` is the smallest size cut to since
-		 * the last covering flush, `epoch` the newest truncate's. */
+		 * the last covering flush, `gen` the newest truncate's flush
+		 * generation. */
 		bool resize_pending;
-		uint64_t resize_low, resize_epoch;
+		uint64_t resize_low, resize_gen;
 		/* A failed flush's redo of the pending resize failed too:
 		 * the store may still hold bytes a truncate cut, so the
 		 * next flush redoes it first and cannot succeed without. */
 		bool redo_owed;
 		/* The durable write of the sync holding the flush role:
-		 * the epoch its barrier covers, and its outcome (1: not
-		 * durable, e.g. short; 0: durable; <0: it failed). */
-		_Atomic uint64_t durable_epoch;
+		 * the flush generation its barrier covers, and its outcome
+		 * (1: not durable, e.g. short; 0: durable; <0: it
+		 * failed). */
+		_Atomic uint64_t durable_gen;
 		_Atomic int64_t durable_result;
 		atomic_bool durable_failed; /* the request itself failed */
 	} commit;
