@@ -55,7 +55,8 @@ struct folio {
 	union {
 		struct {
 			/* While the folio has unstable blocks, under
-			 * state_lock (see folio_mark_unstable()): the
+			 * state_lock (see folio_mark_unstable(); the flush
+			 * generations: doc/design.md, "Concurrency"): the
 			 * newest flush generation in which a write of them
 			 * completed, and the oldest engine flush-failure
 			 * count one of them was submitted under; both the

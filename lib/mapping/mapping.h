@@ -11,42 +11,17 @@
  * public calls are in lifecycle.c, lookup.c, read.c, write.c,
  * readahead.c, truncate.c, writeback.c, errseq.c and stats.c.
  *
- * Lock order, outermost first:
- *   io_lock (brlock: shared for read/write/writeback, exclusive for
- *            truncate and invalidate, which change which folios exist
- *            beyond what a reader or writer could observe mid-call)
- *   folio LOCKED bits, in ascending position order
- *   index_lock (rwlock around the radix tree; tags are set under the
- *               shared side with atomics, cleared under the exclusive side;
- *               lookups of one folio take neither side, see below)
- *   folio state spinlock
- * commit.lock guards only the bookkeeping of flushes and pending resizes;
- * nothing else is taken while it is held.
- * Completions of engine requests take only index_lock and state locks, so
- * waiting for I/O while holding a folio lock or io_lock cannot deadlock.
- *
- * Folios leave the index under their folio lock and index_lock held
- * exclusively: truncate and invalidate (with io_lock exclusive too), and
- * the cache a mapping may belong to (the pool), which reclaims clean
- * folios without io_lock at all (see mapping_reclaim_folio()). So a
- * pointer that io_lock shared used to keep valid is now kept valid by a
- * reference, and whoever locks a folio found in the index checks that it
- * is still there (FOLIO_REMOVED is set under both locks) before using it:
- * mapping_grab() does both.
- *
- * Lookups of the folio at one position take no lock (mapping_lookup(),
- * mapping_trylock_cached()): inside an epoch section (base/epoch.h) they
- * walk the index, which publishes nodes and entries with release stores
- * and frees nodes after a grace period, and take a reference with
- * folio_try_get() (or the folio lock) followed by a check that the folio
- * is still there. A folio's header outlives its last reference by a grace
- * period (its data does not). The pool's reclaim freezes the count
- * (folio_ref_freeze()) under index_lock exclusive, so "nobody but the
- * index and me" cannot turn false between its check and the removal.
- * Iterations, tag changes and removals still use index_lock. A cache's
- * locks come after
- * every lock above (they are leaves), and nobody waits for cache memory
- * or dirty throttling while holding io_lock or a folio lock.
+ * Locks. A mapping's locks, the one lock order of the library and what
+ * each mechanism protects are in doc/design.md, "Concurrency"; the
+ * comment on each group of fields below names the lock that guards it.
+ * The reasons that shape the code here: completions of engine requests
+ * take only index_lock and state locks, so waiting for I/O holding a
+ * folio lock or io_lock cannot deadlock; folios leave the index under
+ * their folio lock and index_lock exclusive, also in the pool's reclaim,
+ * which takes no io_lock, so whoever locks a folio found in the index
+ * holds a reference and checks FOLIO_F_REMOVED before using it
+ * (mapping_grab() does both); lookups of one position take no lock at
+ * all (base/epoch.h).
  */
 #ifndef FOLIO_MAPPING_H
 #define FOLIO_MAPPING_H
@@ -96,8 +71,7 @@ struct mapping_ra {
 
 /*
  * Each group of fields names the lock or rule that guards it; the lock
- * order and what each lock protects are in the comment above and in
- * doc/design.md, "Concurrency".
+ * order and what each lock protects are in doc/design.md, "Concurrency".
  */
 struct folio_mapping {
 	/* Fixed at creation: read with no lock. */

@@ -10,6 +10,7 @@
  * folio's runs. Whoever brings it to zero ends the folio's writeback, so
  * completions that arrive before the submitter has finished (inline
  * engines) cannot end it early, even when they cover the whole folio.
+ * Which locks a pass and a completion take: doc/design.md, "Concurrency".
  */
 #include <stdlib.h>
 #include <string.h>
