@@ -19,7 +19,7 @@
  * folio lock or io_lock cannot deadlock; folios leave the index under
  * their folio lock and index_lock exclusive, also in the pool's reclaim,
  * which takes no io_lock, so whoever locks a folio found in the index
- * holds a reference and checks FOLIO_F_REMOVED before using it
+ * holds a reference and checks that it is still there before using it
  * (mapping_grab() does both); lookups of one position take no lock at
  * all (base/epoch.h).
  */
@@ -132,8 +132,9 @@ struct folio_mapping {
 		_Atomic folio_errseq_t own_cursor;
 	} err;
 
-	/* Flushes (commit.c). Lock: commit.lock, a leaf, for every plain
-	 * field; the atomics are read without it. */
+	/* Flushes (commit.c). Lock: commit.lock, a leaf, for the resize
+	 * fields; failures_seen belongs to the flush role's holder; the
+	 * atomics are read without a lock. */
 	struct {
 		/* A write completing in generation G is covered by a flush
 		 * that starts after the generation moved past G. Moved on
