@@ -355,9 +355,10 @@ static inline bool folio_test_ra_unread(const struct folio *f)
  *    cache's eviction scan;
  *  - one flag of the cache's own (the pool: "in the main queue");
  *  - hint pins: references that a thread's lookup hint holds (see
- *    mapping.c). They keep the folio's memory alive but do not make it
- *    "referenced": folio_unpinned_refs() leaves them out, so a cache may
- *    still evict a folio that some idle thread merely remembers.
+ *    the mapping layer's lookup.c). They keep the folio's memory alive
+ *    but do not make it "referenced": folio_unpinned_refs() leaves them
+ *    out, so a cache may still evict a folio that some idle thread merely
+ *    remembers.
  * Every change is one atomic operation on the byte.
  */
 #define FOLIO_ACCESS_MAX 3u
