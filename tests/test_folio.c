@@ -1191,9 +1191,10 @@ static void test_try_get_and_freeze(void **state)
 }
 
 /* Unstable blocks are released by a flush that began after their writes
- * completed (epochs) and counted no failed flush their writes were not
- * submitted under; a failure counted since makes the flush report them
- * lost and change nothing. Stamps compare modulo 2^32. */
+ * completed (flush generations) and counted no failed flush their
+ * writes were not submitted under; a failure counted since makes the
+ * flush report them lost and change nothing. Stamps compare modulo
+ * 2^32. */
 static void test_unstable_stamps(void **state)
 {
 	(void)state;
@@ -1208,7 +1209,7 @@ static void test_unstable_stamps(void **state)
 						     base + 1, &n),
 				 FOLIO_BECAME_UNSTABLE);
 		/* A second write, submitted after a failure, completing
-		 * later: the oldest count and the newest epoch stay. */
+		 * later: the oldest count and the newest generation stay. */
 		assert_int_equal(folio_mark_unstable(f, 0, geo[g].bs,
 						     base + 20, base + 17, &n),
 				 0);

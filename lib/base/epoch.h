@@ -2,8 +2,8 @@
 /*
  * Read-side sections that write no shared cache line, and memory freed
  * only after every section that might still see it has ended (an RCU of
- * the library's own; doc/design.md, "Lock-free index lookups", says why
- * not liburcu).
+ * the library's own; doc/design.md, "Lock-free lookups", says why not
+ * liburcu; "Concurrency" has the rules of its sections).
  *
  * A reader counts itself in its thread's stripe (brlock_thread_stripe():
  * threads spread round robin over BRLOCK_STRIPES cache lines), in one of

@@ -82,7 +82,8 @@ static void count_sleep(void *count, const struct timespec *t)
  * and waits for the old one to drain: every barrier that could have run
  * before it returned has then completed and counted its failure. The
  * count-then-recheck on submission (as in epoch.h) keeps a write that
- * saw the old parity from slipping past a flip it did not see.
+ * saw the old parity from slipping past a flip it did not see. The
+ * parities among the other mechanisms: doc/design.md, "Concurrency".
  */
 int engine_submit_durable(struct folio_engine *e, struct folio_io *io)
 {

@@ -32,7 +32,8 @@ struct folio_engine {
 	 * fails may drop writes another mapping's flush then finds gone and
 	 * reports as flushed; that mapping trusts its success only if no
 	 * failure was counted meanwhile, so the failure must be counted
-	 * before any later flush can return. */
+	 * before any later flush can return. Its place in the lock order:
+	 * doc/design.md, "Concurrency". */
 	pthread_mutex_t flush_lock;
 	/* Durable writes in flight, each counted under the parity that was
 	 * current when it was submitted (see engine_flush()): futex counts

@@ -53,7 +53,7 @@ struct rreq {
 	struct folio_io *io;
 	atomic_int pending; /* rops not yet done, + 1 while being built */
 	atomic_int err;     /* first error of a rop */
-	unsigned parity;    /* flush generation of a write */
+	unsigned parity;    /* the flush parity a write was counted under */
 	struct rreq *next;  /* on the size waiters' list */
 };
 

@@ -452,7 +452,7 @@ void folio_drain(struct folio *f, size_t *dirty, size_t *unstable)
 /*
  * Unstable state changes on the completion and flush paths only, never on
  * the write fast path, so one-block folios take the state lock here too:
- * the flag and the epoch must change together.
+ * the flag and the generation must change together.
  */
 /* a before b, modulo 2^32 (the stamps keep the low 32 bits). */
 static inline bool stamp_before(uint32_t a, uint32_t b)
@@ -461,7 +461,7 @@ static inline bool stamp_before(uint32_t a, uint32_t b)
 }
 
 int folio_mark_unstable(struct folio *f, size_t off, size_t len,
-			uint64_t epoch, uint64_t failures, size_t *newly)
+			uint64_t gen, uint64_t failures, size_t *newly)
 {
 	size_t unused;
 	if (!newly)
@@ -495,11 +495,11 @@ int folio_mark_unstable(struct folio *f, size_t off, size_t len,
 		ret = FOLIO_BECAME_UNSTABLE;
 		if (folio_single_block(f))
 			*newly = 1;
-		f->unstable_epoch = (uint32_t)epoch;
+		f->unstable_gen = (uint32_t)gen;
 		f->unstable_failures = (uint32_t)failures;
 	} else {
-		if (stamp_before(f->unstable_epoch, (uint32_t)epoch))
-			f->unstable_epoch = (uint32_t)epoch;
+		if (stamp_before(f->unstable_gen, (uint32_t)gen))
+			f->unstable_gen = (uint32_t)gen;
 		if (stamp_before((uint32_t)failures, f->unstable_failures))
 			f->unstable_failures = (uint32_t)failures;
 	}
@@ -521,7 +521,7 @@ static size_t unstable_clear_all_locked(struct folio *f)
 	return (old & FOLIO_F_UNSTABLE) ? n : 0;
 }
 
-int folio_stabilize(struct folio *f, uint64_t epoch, uint64_t failures,
+int folio_stabilize(struct folio *f, uint64_t gen, uint64_t failures,
 		    size_t *released)
 {
 	size_t unused;
@@ -539,9 +539,9 @@ int folio_stabilize(struct folio *f, uint64_t epoch, uint64_t failures,
 	} else {
 		/* A write that completed after the flush began may not be
 		 * covered by it: keep the whole folio for the next flush
-		 * (one epoch per folio keeps the header small; the cost is
-		 * a later release). */
-		if (!stamp_before((uint32_t)epoch, f->unstable_epoch))
+		 * (one generation per folio keeps the header small; the
+		 * cost is a later release). */
+		if (!stamp_before((uint32_t)gen, f->unstable_gen))
 			*released = unstable_clear_all_locked(f);
 		ret = (load_flags(f) & FOLIO_F_UNSTABLE) ? FOLIO_STABLE_LEFT
 							 : 0;

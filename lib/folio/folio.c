@@ -49,7 +49,7 @@ int folio_alloc(struct folio **out, uint64_t pos, size_t size,
 	f->data = data;
 	atomic_init(&f->wb_pending, 0);
 	f->mapping = NULL;
-	f->unstable_epoch = f->unstable_failures = 0;
+	f->unstable_gen = f->unstable_failures = 0;
 	f->begin_off = f->begin_len = 0;
 	memset(f->state, 0, words * sizeof(uint64_t));
 	*out = f;

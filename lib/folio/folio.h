@@ -55,12 +55,13 @@ struct folio {
 	union {
 		struct {
 			/* While the folio has unstable blocks, under
-			 * state_lock (see folio_mark_unstable()): the
-			 * newest flush epoch in which a write of them
+			 * state_lock (see folio_mark_unstable(); the flush
+			 * generations: doc/design.md, "Concurrency"): the
+			 * newest flush generation in which a write of them
 			 * completed, and the oldest engine flush-failure
 			 * count one of them was submitted under; both the
 			 * low 32 bits, compared modulo 2^32. */
-			uint32_t unstable_epoch, unstable_failures;
+			uint32_t unstable_gen, unstable_failures;
 			/* What write_begin() prepared: write_end() accepts
 			 * nothing else. Valid while FOLIO_F_WRITE_BEGIN is
 			 * set (under the folio lock). */
@@ -129,8 +130,8 @@ void folio_count_blocks(struct folio *f, size_t *uptodate, size_t *dirty,
  * Unstable blocks: bytes a completed write put in the backing store that
  * no flush has yet made durable. They are clean, but the cache must keep
  * them until a flush that began after their write completed succeeds,
- * and make them dirty again when a flush fails. `epoch` is the mapping's
- * flush epoch read when the write completed; `failures` the engine's
+ * and make them dirty again when a flush fails. `gen` is the mapping's
+ * flush generation read when the write completed; `failures` the engine's
  * count of failed flushes read when it was submitted: a flush that failed
  * after that may have dropped it, even if it completed later and a later
  * flush succeeded.
@@ -140,19 +141,19 @@ void folio_count_blocks(struct folio *f, size_t *uptodate, size_t *dirty,
  * NULL) gets the blocks that were not unstable before. Returns
  * FOLIO_BECAME_UNSTABLE or 0. */
 int folio_mark_unstable(struct folio *f, size_t off, size_t len,
-			uint64_t epoch, uint64_t failures, size_t *newly);
+			uint64_t gen, uint64_t failures, size_t *newly);
 /* folio_stabilize() results. */
 #define FOLIO_STABLE_LEFT 1 /* unstable blocks remain (a later flush's) */
 #define FOLIO_STABLE_LOST 2 /* nothing changed: a write behind them was
 			      * submitted before a failed flush the caller's
 			      * `failures` counts, and must be made dirty */
-/* A flush that began in `epoch` succeeded, with `failures` failed flushes
- * of the engine counted before it began and none while it ran: forget the
- * unstable blocks when every write behind them completed in `epoch` or
- * earlier and was submitted with that count; *released (may be NULL) gets
- * how many were forgotten. Returns 0 when none are left, else
- * FOLIO_STABLE_LEFT or FOLIO_STABLE_LOST. */
-int folio_stabilize(struct folio *f, uint64_t epoch, uint64_t failures,
+/* A flush that began in generation `gen` succeeded, with `failures`
+ * failed flushes of the engine counted before it began and none while it
+ * ran: forget the unstable blocks when every write behind them completed
+ * in generation `gen` or earlier and was submitted with that count;
+ * *released (may be NULL) gets how many were forgotten. Returns 0 when
+ * none are left, else FOLIO_STABLE_LEFT or FOLIO_STABLE_LOST. */
+int folio_stabilize(struct folio *f, uint64_t gen, uint64_t failures,
 		    size_t *released);
 /* A flush failed: every unstable block becomes dirty again. *unstable
  * gets the blocks that were unstable, *newly_dirty those of them that
@@ -354,9 +355,10 @@ static inline bool folio_test_ra_unread(const struct folio *f)
  *    cache's eviction scan;
  *  - one flag of the cache's own (the pool: "in the main queue");
  *  - hint pins: references that a thread's lookup hint holds (see
- *    mapping.c). They keep the folio's memory alive but do not make it
- *    "referenced": folio_unpinned_refs() leaves them out, so a cache may
- *    still evict a folio that some idle thread merely remembers.
+ *    the mapping layer's lookup.c). They keep the folio's memory alive
+ *    but do not make it "referenced": folio_unpinned_refs() leaves them
+ *    out, so a cache may still evict a folio that some idle thread merely
+ *    remembers.
  * Every change is one atomic operation on the byte.
  */
 #define FOLIO_ACCESS_MAX 3u

@@ -10,10 +10,10 @@
  * so every unstable block becomes dirty again: the next sync writes it
  * and flushes again, and no sync returns 0 before that succeeded.
  *
- * The mapping's flush epoch orders completions against flushes: a
- * completion stamps its folio with the epoch it read, and a flush moves
- * the epoch on before it calls the engine, so blocks stamped with an
- * older epoch were written before the flush began.
+ * The mapping's flush generation orders completions against flushes: a
+ * completion stamps its folio with the generation it read, and a flush
+ * moves the generation on before it calls the engine, so blocks stamped
+ * with an older generation were written before the flush began.
  *
  * Flushes of one mapping run one at a time: a flush that fails must have
  * turned its unstable blocks dirty and recorded its error before any
@@ -34,12 +34,12 @@ int mapping_commit_init(struct folio_mapping *m)
 	if (pthread_mutex_init(&m->commit.lock, NULL))
 		return -ENOMEM;
 	atomic_init(&m->commit.role, 0);
-	atomic_init(&m->commit.started, 0);
-	atomic_init(&m->commit.finished, 0);
+	atomic_init(&m->commit.rounds_started, 0);
+	atomic_init(&m->commit.rounds_finished, 0);
 	m->commit.resize_pending = false;
-	m->commit.resize_low = m->commit.resize_epoch = 0;
+	m->commit.resize_low = m->commit.resize_gen = 0;
 	m->commit.redo_owed = false;
-	atomic_init(&m->commit.durable_epoch, 0);
+	atomic_init(&m->commit.durable_gen, 0);
 	atomic_init(&m->commit.durable_result, 0);
 	atomic_init(&m->commit.durable_failed, false);
 	return 0;
@@ -51,14 +51,14 @@ void mapping_commit_destroy(struct folio_mapping *m)
 }
 
 void mapping_mark_unstable(struct folio_mapping *m, const struct rq_seg *s,
-			   size_t len, uint64_t epoch, uint64_t failures)
+			   size_t len, uint64_t gen, uint64_t failures)
 {
 	/* Linux policy: nothing is kept for a flush that might fail. */
 	if (m->flags & FOLIO_MAPPING_DROP_ON_ERROR)
 		return;
 	struct folio *f = s->folio;
 	size_t newly;
-	if (folio_mark_unstable(f, s->off, len, epoch, failures, &newly) &
+	if (folio_mark_unstable(f, s->off, len, gen, failures, &newly) &
 	    FOLIO_BECAME_UNSTABLE)
 		mapping_tag_set_at(m, f, s->node, INDEX_TAG_UNSTABLE);
 	mapping_cache_account(m, 0, 0, mapping_block_bytes(f, newly));
@@ -79,10 +79,10 @@ void mapping_unstable_lost(struct folio_mapping *m, struct folio *f)
 			      -mapping_block_bytes(f, unstable));
 }
 
-/* After a flush that began in `epoch` with `failures` failed flushes of
- * the engine counted: release what it covered, or make everything
- * unstable dirty again when it failed. */
-static void settle_unstable(struct folio_mapping *m, uint64_t epoch,
+/* After a flush that began in generation `gen` with `failures` failed
+ * flushes of the engine counted: release what it covered, or make
+ * everything unstable dirty again when it failed. */
+static void settle_unstable(struct folio_mapping *m, uint64_t gen,
 			    uint64_t failures, bool failed)
 {
 	uint64_t key = 0;
@@ -93,7 +93,7 @@ static void settle_unstable(struct folio_mapping *m, uint64_t epoch,
 		 * meanwhile was drained, so it changes no count here. */
 		size_t unstable = 0;
 		int r = failed ? FOLIO_STABLE_LOST
-			       : folio_stabilize(f, epoch, failures, &unstable);
+			       : folio_stabilize(f, gen, failures, &unstable);
 		if (r == FOLIO_STABLE_LOST) {
 			mapping_unstable_lost(m, f);
 		} else {
@@ -117,7 +117,7 @@ void mapping_resize_unstable(struct folio_mapping *m, uint64_t size)
 	if (!m->commit.resize_pending || size < m->commit.resize_low)
 		m->commit.resize_low = size;
 	m->commit.resize_pending = true;
-	m->commit.resize_epoch = atomic_load(&m->commit.flush_epoch);
+	m->commit.resize_gen = atomic_load(&m->commit.flush_gen);
 	pthread_mutex_unlock(&m->commit.lock);
 }
 
@@ -132,10 +132,10 @@ static bool resize_is_pending(struct folio_mapping *m, uint64_t *low)
 	return pending;
 }
 
-static void resize_settled(struct folio_mapping *m, uint64_t epoch)
+static void resize_settled(struct folio_mapping *m, uint64_t gen)
 {
 	pthread_mutex_lock(&m->commit.lock);
-	if (m->commit.resize_pending && m->commit.resize_epoch <= epoch)
+	if (m->commit.resize_pending && m->commit.resize_gen <= gen)
 		m->commit.resize_pending = false;
 	pthread_mutex_unlock(&m->commit.lock);
 }
@@ -213,8 +213,8 @@ static void redo_after_failure(struct folio_mapping *m, bool *locked)
 }
 
 /*
- * The end of a barrier that began in `epoch`, when the engine's flush
- * failure count was `failures`, and gave r (io_lock not held). A failure
+ * The end of a barrier that began in generation `gen`, when the engine's
+ * flush failure count was `failures`, and gave r (io_lock not held). A failure
  * is reported after the walk made the unstable blocks dirty, also when
  * `recorded` says a failed durable write recorded it already: a sync that
  * began in between passed over those blocks while they were unstable,
@@ -227,22 +227,22 @@ static void redo_after_failure(struct folio_mapping *m, bool *locked)
  * that were in flight across such a failure see it themselves
  * (wb_end_io()).
  */
-static int settle_flush(struct folio_mapping *m, uint64_t epoch,
+static int settle_flush(struct folio_mapping *m, uint64_t gen,
 			uint64_t failures, int r, bool recorded)
 {
 	if (!r && (failures != m->commit.failures_seen ||
 		   atomic_load(&m->engine->flush_failures) != failures))
 		r = -EIO;
 	if (!r) {
-		resize_settled(m, epoch);
-		settle_unstable(m, epoch, failures, false);
+		resize_settled(m, gen);
+		settle_unstable(m, gen, failures, false);
 		m->commit.failures_seen = failures;
 		return 0;
 	}
 	/* Read before the walk: a failure after it may drop writes that
 	 * complete after the walk passed their folio. */
 	m->commit.failures_seen = atomic_load(&m->engine->flush_failures);
-	settle_unstable(m, epoch, m->commit.failures_seen, true);
+	settle_unstable(m, gen, m->commit.failures_seen, true);
 	if (recorded)
 		errseq_report_again(m, r);
 	else
@@ -252,8 +252,8 @@ static int settle_flush(struct folio_mapping *m, uint64_t epoch,
 
 static int run_flush(struct folio_mapping *m)
 {
-	uint64_t epoch = atomic_fetch_add_explicit(&m->commit.flush_epoch, 1,
-						   memory_order_acq_rel);
+	uint64_t gen = atomic_fetch_add_explicit(&m->commit.flush_gen, 1,
+						 memory_order_acq_rel);
 	uint64_t failures = atomic_load(&m->engine->flush_failures);
 	bool redo = !(m->flags & FOLIO_MAPPING_DROP_ON_ERROR);
 	uint64_t low;
@@ -286,12 +286,12 @@ static int run_flush(struct folio_mapping *m)
 	}
 	if (locked)
 		brlock_write_unlock(&m->io_lock);
-	return settle_flush(m, epoch, failures, r, false);
+	return settle_flush(m, gen, failures, r, false);
 }
 
 /*
- * The flush role (commit.role). Whoever holds it runs the mapping's one
- * flush generation at a time; the others sleep on the word until a
+ * The flush role (commit.role). Whoever holds it runs the mapping's
+ * flush rounds, one at a time; the others sleep on the word until a
  * release changes it. No mutex: with many syncers of one mapping, a
  * mutex and condition variable made every release wake every waiter
  * into a fight for the mutex, most of them only to sleep again.
@@ -308,12 +308,12 @@ static bool role_try_take(struct folio_mapping *m)
 					      w | COMMIT_ROLE_HELD);
 }
 
-/* Hand the role back; `gen` is the generation it finished, or 0 when it
+/* Hand the role back; `round` is the round it finished, or 0 when it
  * ran none. */
-static void role_release(struct folio_mapping *m, uint64_t gen)
+static void role_release(struct folio_mapping *m, uint64_t round)
 {
-	if (gen)
-		atomic_store(&m->commit.finished, gen);
+	if (round)
+		atomic_store(&m->commit.rounds_finished, round);
 	unsigned w = atomic_load(&m->commit.role), next;
 	do
 		next = (w + COMMIT_ROLE_RELEASE) &
@@ -338,8 +338,8 @@ int mapping_commit(struct folio_mapping *m)
 	int r = 0;
 	/* A flush already running may have begun before our writes
 	 * completed: only one that starts from now on covers them. */
-	uint64_t need = atomic_load(&m->commit.started) + 1;
-	while (atomic_load(&m->commit.finished) < need) {
+	uint64_t need = atomic_load(&m->commit.rounds_started) + 1;
+	while (atomic_load(&m->commit.rounds_finished) < need) {
 		unsigned w = atomic_load(&m->commit.role);
 		if (w & COMMIT_ROLE_HELD) {
 			role_wait(m, w);
@@ -347,9 +347,10 @@ int mapping_commit(struct folio_mapping *m)
 		}
 		if (!role_try_take(m))
 			continue;
-		uint64_t gen = atomic_fetch_add(&m->commit.started, 1) + 1;
+		uint64_t round =
+			atomic_fetch_add(&m->commit.rounds_started, 1) + 1;
 		r = run_flush(m);
-		role_release(m, gen);
+		role_release(m, round);
 	}
 	/* A flush another thread ran for us reports through the error
 	 * sequence, which it updated before it finished. */
@@ -368,7 +369,7 @@ bool mapping_durable_begin(struct folio_mapping *m, struct mapping_durable *d)
 	d->wanted = false;
 	struct folio_engine *e = m->engine;
 	/*
-	 * The role makes the durable write a flush generation like any
+	 * The role makes the durable write a flush round like any
 	 * other: no other flush of this mapping runs until it is settled,
 	 * so a failure is turned into dirty blocks before anything can
 	 * succeed after it (see the top of this file). A pending resize
@@ -383,14 +384,14 @@ bool mapping_durable_begin(struct folio_mapping *m, struct mapping_durable *d)
 	bool ok = !m->commit.resize_pending && !m->commit.redo_owed &&
 		  m->commit.failures_seen == atomic_load(&e->flush_failures);
 	if (ok) {
-		d->gen = atomic_fetch_add(&m->commit.started, 1) + 1;
+		d->round = atomic_fetch_add(&m->commit.rounds_started, 1) + 1;
 		/* As run_flush(): what completed before this point is
 		 * covered by the barrier, which the engine starts only
 		 * after the write (so after this) completed. */
-		d->epoch = atomic_fetch_add_explicit(&m->commit.flush_epoch, 1,
-						     memory_order_acq_rel);
+		d->flush_gen = atomic_fetch_add_explicit(
+			&m->commit.flush_gen, 1, memory_order_acq_rel);
 		d->failures = atomic_load(&e->flush_failures);
-		atomic_store(&m->commit.durable_epoch, d->epoch);
+		atomic_store(&m->commit.durable_gen, d->flush_gen);
 		atomic_store(&m->commit.durable_result, DURABLE_PENDING);
 		atomic_store(&m->commit.durable_failed, false);
 		d->taken = true;
@@ -401,10 +402,10 @@ bool mapping_durable_begin(struct folio_mapping *m, struct mapping_durable *d)
 	return ok;
 }
 
-uint64_t mapping_durable_epoch(struct folio_mapping *m,
-			       const struct mapping_io *io, ssize_t result)
+uint64_t mapping_durable_gen(struct folio_mapping *m,
+			     const struct mapping_io *io, ssize_t result)
 {
-	uint64_t now = atomic_load_explicit(&m->commit.flush_epoch,
+	uint64_t now = atomic_load_explicit(&m->commit.flush_gen,
 					    memory_order_acquire);
 	struct folio_engine *e = m->engine;
 	int64_t outcome = DURABLE_PENDING;
@@ -427,9 +428,9 @@ uint64_t mapping_durable_epoch(struct folio_mapping *m,
 				  ? 0 : -EIO;
 	}
 	atomic_store(&m->commit.durable_result, outcome);
-	/* Stamped with the barrier's epoch, the bytes are released when
+	/* Stamped with the barrier's generation, the bytes are released when
 	 * the sync settles it, or made dirty again when that fails. */
-	return outcome ? now : atomic_load(&m->commit.durable_epoch);
+	return outcome ? now : atomic_load(&m->commit.durable_gen);
 }
 
 void mapping_commit_sync(struct folio_mapping *m, struct mapping_durable *d)
@@ -448,7 +449,7 @@ void mapping_commit_sync(struct folio_mapping *m, struct mapping_durable *d)
 			brlock_write_unlock(&m->io_lock);
 		}
 		/* A write that failed recorded its error as it completed. */
-		r = settle_flush(m, d->epoch, d->failures, (int)outcome,
+		r = settle_flush(m, d->flush_gen, d->failures, (int)outcome,
 				 atomic_load(&m->commit.durable_failed));
 	}
 	/* What the barrier could not cover needs a flush of its own: the
@@ -458,5 +459,5 @@ void mapping_commit_sync(struct folio_mapping *m, struct mapping_durable *d)
 	if (r > 0 || (!r && (mapping_any_tagged(m, INDEX_TAG_UNSTABLE) ||
 			     resize_is_pending(m, &low))))
 		run_flush(m);
-	role_release(m, d->gen);
+	role_release(m, d->round);
 }

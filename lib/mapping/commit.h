@@ -16,19 +16,19 @@ void mapping_resize_unstable(struct folio_mapping *m, uint64_t size);
 
 /* The first `len` bytes of a write request's segment `s` (its folio, the
  * index node holding it, see mapping_tag_set_at(), and its offset)
- * completed: they are unstable until a flush covering `epoch` succeeds
- * (mapping_unstable_epoch()); `failures` is the engine's failed-flush
- * count read at the request's submission. Five arguments: all in
+ * completed: they are unstable until a flush covering generation `gen`
+ * succeeds (mapping_unstable_gen()); `failures` is the engine's
+ * failed-flush count read at the request's submission. Five arguments: all in
  * registers, for every segment of every completion. */
 struct rq_seg;
 void mapping_mark_unstable(struct folio_mapping *m, const struct rq_seg *s,
-			   size_t len, uint64_t epoch, uint64_t failures);
+			   size_t len, uint64_t gen, uint64_t failures);
 
-/* mapping_unstable_epoch() (below) for a durable write: records its
+/* mapping_unstable_gen() (below) for a durable write: records its
  * outcome for the sync that sent it. */
 struct mapping_io;
-uint64_t mapping_durable_epoch(struct folio_mapping *m,
-			       const struct mapping_io *io, ssize_t result);
+uint64_t mapping_durable_gen(struct folio_mapping *m,
+			     const struct mapping_io *io, ssize_t result);
 
 /*
  * A sync's durable write (doc/design.md, "Durable writes"). `wanted`: the
@@ -36,14 +36,14 @@ uint64_t mapping_durable_epoch(struct folio_mapping *m,
  * data). mapping_durable_begin() is called with the pass's only request
  * built and not yet submitted: it takes the mapping's flush role when
  * that is free and nothing but writes needs covering (no resize pending,
- * no engine flush failure unaccounted for), moves the flush epoch on as
- * a flush would, and returns true: the caller marks the request
+ * no engine flush failure unaccounted for), moves the flush generation
+ * on as a flush would, and returns true: the caller marks the request
  * FOLIO_IO_DURABLE. One per sync.
  */
 struct mapping_durable {
 	bool wanted;
 	bool taken;
-	uint64_t gen, epoch, failures;
+	uint64_t round, flush_gen, failures;
 };
 bool mapping_durable_begin(struct folio_mapping *m, struct mapping_durable *d);
 
@@ -72,20 +72,20 @@ int mapping_commit(struct folio_mapping *m);
 void mapping_unstable_lost(struct folio_mapping *m, struct folio *f);
 
 /*
- * The epoch a write request that completed with `result` marks its bytes
- * unstable in: the current one, or for a durable write (FOLIO_IO_DURABLE)
- * the one its own barrier covers when that barrier succeeded. Call it
- * once per request, first thing in its completion. Inline: every
- * writeback completion asks, and only a sync's one durable write needs
- * more than a load.
+ * The flush generation a write request that completed with `result`
+ * marks its bytes unstable in: the current one, or for a durable write
+ * (FOLIO_IO_DURABLE) the one its own barrier covers when that barrier
+ * succeeded. Call it once per request, first thing in its completion.
+ * Inline: every writeback completion asks, and only a sync's one durable
+ * write needs more than a load.
  */
-static inline uint64_t mapping_unstable_epoch(struct folio_mapping *m,
-					      const struct mapping_io *io,
-					      ssize_t result)
+static inline uint64_t mapping_unstable_gen(struct folio_mapping *m,
+					    const struct mapping_io *io,
+					    ssize_t result)
 {
 	if (io->base.io.flags & FOLIO_IO_DURABLE)
-		return mapping_durable_epoch(m, io, result);
-	return atomic_load_explicit(&m->commit.flush_epoch,
+		return mapping_durable_gen(m, io, result);
+	return atomic_load_explicit(&m->commit.flush_gen,
 				    memory_order_acquire);
 }
 

@@ -9,7 +9,7 @@
 #include "mapping/cache.h"
 
 /* The cached folio holding pos, referenced, or NULL. Lock-free in the
- * common case (see mapping.c). */
+ * common case (see lookup.c). */
 struct folio *mapping_lookup(struct folio_mapping *m, uint64_t pos);
 
 /* Test hook: called inside the lock-free lookups' epoch section between
@@ -22,7 +22,7 @@ extern void (*_Atomic mapping_test_lookup_delay)(void);
  * (folio_hint_get()), and the id of its mapping. The reference keeps the
  * memory valid however the folio left its mapping meanwhile; the thread
  * drops it when it moves to another folio, frees the mapping, or exits
- * (a pthread key's destructor, mapping.c). Here so that the fast paths
+ * (a pthread key's destructor, lookup.c). Here so that the fast paths
  * can check it inline.
  */
 struct mapping_hint {

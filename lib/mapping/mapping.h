@@ -11,42 +11,17 @@
  * public calls are in lifecycle.c, lookup.c, read.c, write.c,
  * readahead.c, truncate.c, writeback.c, errseq.c and stats.c.
  *
- * Lock order, outermost first:
- *   io_lock (brlock: shared for read/write/writeback, exclusive for
- *            truncate and invalidate, which change which folios exist
- *            beyond what a reader or writer could observe mid-call)
- *   folio LOCKED bits, in ascending position order
- *   index_lock (rwlock around the radix tree; tags are set under the
- *               shared side with atomics, cleared under the exclusive side;
- *               lookups of one folio take neither side, see below)
- *   folio state spinlock
- * commit.lock guards only the bookkeeping of flushes and pending resizes;
- * nothing else is taken while it is held.
- * Completions of engine requests take only index_lock and state locks, so
- * waiting for I/O while holding a folio lock or io_lock cannot deadlock.
- *
- * Folios leave the index under their folio lock and index_lock held
- * exclusively: truncate and invalidate (with io_lock exclusive too), and
- * the cache a mapping may belong to (the pool), which reclaims clean
- * folios without io_lock at all (see mapping_reclaim_folio()). So a
- * pointer that io_lock shared used to keep valid is now kept valid by a
- * reference, and whoever locks a folio found in the index checks that it
- * is still there (FOLIO_REMOVED is set under both locks) before using it:
- * mapping_grab() does both.
- *
- * Lookups of the folio at one position take no lock (mapping_lookup(),
- * mapping_trylock_cached()): inside an epoch section (base/epoch.h) they
- * walk the index, which publishes nodes and entries with release stores
- * and frees nodes after a grace period, and take a reference with
- * folio_try_get() (or the folio lock) followed by a check that the folio
- * is still there. A folio's header outlives its last reference by a grace
- * period (its data does not). The pool's reclaim freezes the count
- * (folio_ref_freeze()) under index_lock exclusive, so "nobody but the
- * index and me" cannot turn false between its check and the removal.
- * Iterations, tag changes and removals still use index_lock. A cache's
- * locks come after
- * every lock above (they are leaves), and nobody waits for cache memory
- * or dirty throttling while holding io_lock or a folio lock.
+ * Locks. A mapping's locks, the one lock order of the library and what
+ * each mechanism protects are in doc/design.md, "Concurrency"; the
+ * comment on each group of fields below names the lock that guards it.
+ * The reasons that shape the code here: completions of engine requests
+ * take only index_lock and state locks, so waiting for I/O holding a
+ * folio lock or io_lock cannot deadlock; folios leave the index under
+ * their folio lock and index_lock exclusive, also in the pool's reclaim,
+ * which takes no io_lock, so whoever locks a folio found in the index
+ * holds a reference and checks that it is still there before using it
+ * (mapping_grab() does both); lookups of one position take no lock at
+ * all (base/epoch.h).
  */
 #ifndef FOLIO_MAPPING_H
 #define FOLIO_MAPPING_H
@@ -96,8 +71,7 @@ struct mapping_ra {
 
 /*
  * Each group of fields names the lock or rule that guards it; the lock
- * order and what each lock protects are in the comment above and in
- * doc/design.md, "Concurrency".
+ * order and what each lock protects are in doc/design.md, "Concurrency".
  */
 struct folio_mapping {
 	/* Fixed at creation: read with no lock. */
@@ -158,38 +132,42 @@ struct folio_mapping {
 		_Atomic folio_errseq_t own_cursor;
 	} err;
 
-	/* Flushes (commit.c). Lock: commit.lock, a leaf, for every plain
-	 * field; the atomics are read without it. */
+	/* Flushes (commit.c). Lock: commit.lock, a leaf, for the resize
+	 * fields; failures_seen belongs to the flush role's holder; the
+	 * atomics are read without a lock. */
 	struct {
-		/* A write completing in epoch E is covered by a flush that
-		 * starts after the epoch moved past E. Moved on under
-		 * `lock`, read by completions without it. */
-		_Atomic uint64_t flush_epoch;
+		/* A write completing in generation G is covered by a flush
+		 * that starts after the generation moved past G. Moved on
+		 * by the flush role's holder, read by completions without
+		 * a lock. */
+		_Atomic uint64_t flush_gen;
 		/* The engine's flush_failures as of this mapping's last
 		 * settled flush (held while a flush runs). */
 		uint64_t failures_seen;
 		pthread_mutex_t lock;
 		/* The flush role, no lock: COMMIT_ROLE_* bits in a futex
 		 * word whose upper bits count releases, so a thread that
-		 * saw it taken sleeps until it changes. Generations are
-		 * started by the role's holder only; finished moves on
-		 * when it hands the role back. */
+		 * saw it taken sleeps until it changes. Flush rounds are
+		 * started by the role's holder only; rounds_finished
+		 * moves on when it hands the role back. */
 		atomic_uint role;
-		_Atomic uint64_t started, finished;
+		_Atomic uint64_t rounds_started, rounds_finished;
 		/* Engine truncates no flush has covered yet: a flush that
 		 * fails may have lost them too (a volatile disk cache), so
 		 * they are redone. `low` is the smallest size cut to since
-		 * the last covering flush, `epoch` the newest truncate's. */
+		 * the last covering flush, `gen` the newest truncate's flush
+		 * generation. */
 		bool resize_pending;
-		uint64_t resize_low, resize_epoch;
+		uint64_t resize_low, resize_gen;
 		/* A failed flush's redo of the pending resize failed too:
 		 * the store may still hold bytes a truncate cut, so the
 		 * next flush redoes it first and cannot succeed without. */
 		bool redo_owed;
 		/* The durable write of the sync holding the flush role:
-		 * the epoch its barrier covers, and its outcome (1: not
-		 * durable, e.g. short; 0: durable; <0: it failed). */
-		_Atomic uint64_t durable_epoch;
+		 * the flush generation its barrier covers, and its outcome
+		 * (1: not durable, e.g. short; 0: durable; <0: it
+		 * failed). */
+		_Atomic uint64_t durable_gen;
 		_Atomic int64_t durable_result;
 		atomic_bool durable_failed; /* the request itself failed */
 	} commit;

@@ -10,6 +10,7 @@
  * folio's runs. Whoever brings it to zero ends the folio's writeback, so
  * completions that arrive before the submitter has finished (inline
  * engines) cannot end it early, even when they cover the whole folio.
+ * Which locks a pass and a completion take: doc/design.md, "Concurrency".
  */
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +72,7 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 	int err = result < 0 ? (int)result : 0;
 	size_t good = result < 0 ? 0 : MIN((size_t)result, len);
 	bool drop = err && (m->flags & FOLIO_MAPPING_DROP_ON_ERROR);
-	uint64_t epoch = mapping_unstable_epoch(m, io, result);
+	uint64_t gen = mapping_unstable_gen(m, io, result);
 
 	/* Everything a waiter acts on is in place before the first folio's
 	 * writeback ends: the bytes that did not make it are dirty again,
@@ -83,7 +84,7 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 		struct rq_seg *s = &io->segs[i];
 		size_t ok = good > at ? MIN(good - at, s->len) : 0;
 		if (ok)
-			mapping_mark_unstable(m, s, ok, epoch,
+			mapping_mark_unstable(m, s, ok, gen,
 					      io->flush_failures);
 		if (ok < s->len && !drop)
 			redirty(m, s->folio, s->off + ok, s->len - ok);

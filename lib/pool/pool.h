@@ -3,20 +3,18 @@
  * The pool (layer 5): a byte budget of folio memory shared by mappings,
  * S3-FIFO reclaim of clean folios, dirty thresholds, writer throttling
  * and flusher threads. The mapping layer reaches it only through
- * struct mapping_cache (mapping/mapping.h), which the pool embeds first.
+ * struct mapping_cache (mapping/cache.h), which the pool embeds first.
  *
  * Modules: pool.c (life cycle, options, members, statistics, shrink),
  * reclaim.c (the queues, the ghost table, charging and reclaim), dirty.c
  * (throttling, waiting for room, flusher threads).
  *
- * Locking. pool->lock is a leaf: nothing else is taken while it is held
- * (folio state is read with atomics only), so any mapping lock may be
- * held when a pool hook takes it, and completions may take it. The pool
- * reaches a mapping's folios without io_lock (mapping_reclaim_folio():
- * folio trylock, then index_lock exclusive), and reaches a mapping for
- * writeback or a flush only holding no lock at all; a member's `users`
- * count, raised under pool->lock, keeps a mapping from being freed under
- * those (folio_mapping_free() quiesces first).
+ * Locking: doc/design.md, "Concurrency", has the lock order and what
+ * each lock protects. pool->lock is a leaf (folio state is read with
+ * atomics only), so pool hooks and completions may take it under any
+ * mapping lock. A member's `users` count, raised under pool->lock, keeps
+ * a mapping from being freed while reclaim or a flusher uses it without
+ * holding any of its locks (folio_mapping_free() quiesces first).
  */
 #ifndef FOLIO_POOL_POOL_H
 #define FOLIO_POOL_POOL_H

@@ -88,12 +88,12 @@ static int mem_flush_locked(struct mem_ctx *c)
 }
 
 static ssize_t mem_transfer(struct mem_ctx *c, struct folio_io *io,
-			    ssize_t n, uint64_t epoch);
+			    ssize_t n, uint64_t power_gen);
 
 void mem_perform_locked(struct mem_ctx *c, struct mem_held *h)
 {
 	struct folio_io *io = h->io;
-	h->plan = mem_transfer(c, io, h->plan, h->epoch);
+	h->plan = mem_transfer(c, io, h->plan, h->power_gen);
 	/* Durable: the barrier follows the write at once, as a linked
 	 * fsync would, and is judged like flush() (fault rules on
 	 * FOLIO_MEM_OP_FLUSH, power). Only a full write is synced. */
@@ -103,11 +103,11 @@ void mem_perform_locked(struct mem_ctx *c, struct mem_held *h)
 }
 
 static ssize_t mem_transfer(struct mem_ctx *c, struct folio_io *io,
-			    ssize_t n, uint64_t epoch)
+			    ssize_t n, uint64_t power_gen)
 {
 	if (n < 0)
 		return n;
-	if (epoch != c->epoch || c->powered_off)
+	if (power_gen != c->power_gen || c->powered_off)
 		return -EIO; /* the power went while it was in flight */
 	size_t want = (size_t)n, done = 0;
 	if (io->op == FOLIO_IO_WRITE && c->volatile_on) {
@@ -180,13 +180,14 @@ static int mem_submit(void *arg, struct folio_io *io)
 	c->inflight++;
 	c->inflight_writes += io->op == FOLIO_IO_WRITE;
 	if (c->mode != FOLIO_MEM_SYNC) {
-		c->held[c->nheld++] = (struct mem_held){io, plan, c->epoch, 0};
+		c->held[c->nheld++] =
+			(struct mem_held){io, plan, c->power_gen, 0};
 		if (c->mode == FOLIO_MEM_THREAD)
 			pthread_cond_signal(&c->work_cv);
 		pthread_mutex_unlock(&c->lock);
 		return 0;
 	}
-	struct mem_held h = {io, plan, c->epoch, 0};
+	struct mem_held h = {io, plan, c->power_gen, 0};
 	mem_perform_locked(c, &h);
 	c->completing++;
 	pthread_mutex_unlock(&c->lock);

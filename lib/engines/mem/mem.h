@@ -54,8 +54,8 @@ struct mem_rule {
 struct mem_held {
 	struct folio_io *io;
 	ssize_t plan;
-	uint64_t epoch; /* mem_ctx.epoch at submit: a power cut since then
-			 * means the request never lands */
+	uint64_t power_gen; /* mem_ctx.power_gen at submit: a power cut since
+			     * then means the request never lands */
 	int barrier;    /* set by mem_perform_locked(): a durable write's
 			 * failed barrier after its full transfer */
 };
@@ -85,7 +85,7 @@ struct mem_ctx {
 	/* The volatile write cache. */
 	bool volatile_on;
 	bool powered_off;
-	uint64_t epoch; /* power cuts so far */
+	uint64_t power_gen; /* power cuts so far */
 	struct mem_log *log_head, **log_tail;
 	uint64_t log_bytes, log_ops;
 

@@ -180,8 +180,8 @@ int folio_engine_mem_power_cut(struct folio_engine *e, unsigned flags,
 	c->st.power_cuts++;
 	/* Requests submitted before now and not yet performed never land:
 	 * held ones are failed below, ones a mode switch has taken out
-	 * see the new epoch in mem_perform_locked(). */
-	c->epoch++;
+	 * see the new power generation in mem_perform_locked(). */
+	c->power_gen++;
 	int ret = 0;
 	if (flags & FOLIO_MEM_CUT_KEEP_SOME) {
 		/* Each entry survives with probability 1/2; survivors are
