@@ -13,7 +13,8 @@
  * random is forgotten after a few such reads.
  *
  * Windows. The second read in a row that continues a stream (one could
- * be a random read landing by chance) starts a window at its own position, so that one engine request covers the read and what comes
+ * be a random read landing by chance) starts a window at its own
+ * position, so that one engine request covers the read and what comes
  * after; its size is RA_INITIAL_FACTOR times the stride (at least
  * RA_INITIAL_MIN, at most readahead_max). The first folio the reader will
  * reach next gets the readahead mark; a reader reaching a marked folio in
