@@ -768,6 +768,107 @@ static void test_barrier_failure_after_write_keeps_store_size(void **state)
 	test_close(m, e);
 }
 
+/*
+ * Truncates racing syncs of the same mapping. The resize bookkeeping
+ * (pending, low mark, generation, owed redo) is written by truncate with
+ * io_lock exclusive and by the flush role's holder without it, under
+ * commit.lock: TSan fails this test when that lock goes. One thread
+ * writes and truncates (the only one to change the data, so it keeps the
+ * model), one syncs, one makes every third flush fail and lose the
+ * engine's volatile cache (so redone truncates run too). At the end a
+ * sync that returns 0 must have made the store equal to the model, and a
+ * power cut keeps it.
+ */
+#define RT_SPACE (256 * KIB)
+
+struct rt_ctx {
+	struct folio_engine *e;
+	struct folio_mapping *m;
+	atomic_bool stop;
+	uint64_t seed;
+	unsigned char model[RT_SPACE];
+	uint64_t size;
+};
+
+static void *rt_syncer(void *p)
+{
+	struct rt_ctx *c = p;
+	while (!atomic_load(&c->stop))
+		(void)folio_mapping_sync(c->m, NULL);
+	return NULL;
+}
+
+static void *rt_faulter(void *p)
+{
+	struct rt_ctx *c = p;
+	struct folio_mem_fault f = {.sz = sizeof(f),
+				    .ops = FOLIO_MEM_OP_FLUSH,
+				    .skip = 2,
+				    .count = 1,
+				    .error = -EIO,
+				    .flags = FOLIO_MEM_FAULT_LOSE};
+	while (!atomic_load(&c->stop)) {
+		assert_int_equal(folio_engine_mem_inject(c->e, &f), 0);
+		struct timespec ts = {0, 2 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+		assert_int_equal(folio_engine_mem_clear_faults(c->e), 0);
+	}
+	return NULL;
+}
+
+static void test_truncate_races_sync(void **state)
+{
+	(void)state;
+	static struct rt_ctx c;
+	memset(&c, 0, sizeof(c));
+	c.seed = test_seed("truncate_races_sync");
+	assert_int_equal(folio_engine_mem(&c.e, RT_SPACE), 0);
+	assert_int_equal(folio_engine_mem_set_volatile(c.e, true), 0);
+	/* Stable writes: the writer does not change data writeback is
+	 * copying, a race the library allows and TSan would report. */
+	c.m = new_mapping(c.e, 16 * KIB, FOLIO_MAPPING_STABLE_WRITES);
+	pthread_t ts, tf;
+	assert_int_equal(pthread_create(&ts, NULL, rt_syncer, &c), 0);
+	assert_int_equal(pthread_create(&tf, NULL, rt_faulter, &c), 0);
+	unsigned char buf[8192];
+	unsigned iters = test_iters(3000, 300);
+	for (unsigned i = 0; i < iters; i++) {
+		uint64_t r = test_rand(&c.seed);
+		if (r % 4 == 0) {
+			uint64_t size = test_rand(&c.seed) % (RT_SPACE / 2);
+			assert_int_equal(folio_mapping_truncate(c.m, size), 0);
+			if (size < c.size)
+				memset(c.model + size, 0, c.size - size);
+			c.size = size;
+			continue;
+		}
+		size_t len = 1 + test_rand(&c.seed) % sizeof(buf);
+		uint64_t pos = test_rand(&c.seed) % (RT_SPACE - len);
+		for (size_t k = 0; k < len; k++)
+			buf[k] = (unsigned char)test_rand(&c.seed);
+		assert_int_equal(folio_mapping_write(c.m, buf, len, pos),
+				 (ssize_t)len);
+		memcpy(c.model + pos, buf, len);
+		if (pos + len > c.size)
+			c.size = pos + len;
+	}
+	atomic_store(&c.stop, true);
+	assert_int_equal(pthread_join(ts, NULL), 0);
+	assert_int_equal(pthread_join(tf, NULL), 0);
+	assert_int_equal(folio_engine_mem_clear_faults(c.e), 0);
+	int r = -EIO;
+	for (int tries = 0; r && tries < 8; tries++)
+		r = folio_mapping_sync(c.m, NULL);
+	assert_int_equal(r, 0);
+	assert_int_equal(folio_engine_mem_power_cut(c.e, 0, 0), 0);
+	static unsigned char got[RT_SPACE];
+	assert_int_equal(test_mem_stats(c.e).durable_size, c.size);
+	assert_int_equal(folio_engine_mem_peek_durable(c.e, got, c.size, 0),
+			 0);
+	assert_memory_equal(got, c.model, c.size);
+	test_close(c.m, c.e);
+}
+
 struct barrier_sync {
 	struct lossy *l;
 	struct folio_mapping *m;
@@ -1149,6 +1250,7 @@ int main(void)
 		cmocka_unit_test(test_failed_flush_of_other_mapping),
 		cmocka_unit_test(test_failed_barrier_of_other_mapping),
 		cmocka_unit_test(test_write_in_flight_across_settled_failure),
+		cmocka_unit_test(test_truncate_races_sync),
 		cmocka_unit_test(
 			test_barrier_failure_after_write_keeps_store_size),
 		cmocka_unit_test(test_barrier_during_failing_flush),
