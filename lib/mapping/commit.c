@@ -23,6 +23,7 @@
  */
 #include "mapping/cache.h"
 #include "mapping/commit.h"
+#include "mapping/extents.h"
 #include "mapping/errseq.h"
 #include "mapping/request.h"
 #include "mapping/tags.h"
@@ -167,6 +168,7 @@ static int redo_resize_locked(struct folio_mapping *m)
 		uint64_t eof = mapping_eof(m);
 		uint64_t cut = MIN(low, eof);
 		r = engine_truncate(e, cut);
+		mapping_extents_forget(&m->direct, cut);
 		if (!r)
 			atomic_store(&m->size.backing, cut);
 		if (!r && low < eof) {

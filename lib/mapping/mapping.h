@@ -7,14 +7,15 @@
  * per-thread hint), tags.h (index iteration and tags), remove.h (removal
  * and reclaim), wait.h (lock and writeback waits), fill.h (read requests
  * filling folios), request.h (building engine requests), readahead.h,
- * writeback.h, commit.h (flushes and unstable data) and errseq.h. The
- * public calls are in lifecycle.c, lookup.c, read.c, write.c,
- * readahead.c, truncate.c, writeback.c, errseq.c and stats.c.
+ * writeback.h, commit.h (flushes and unstable data), errseq.h and
+ * direct.h (direct I/O). The public calls are in lifecycle.c, lookup.c,
+ * read.c, write.c, readahead.c, truncate.c, writeback.c, errseq.c,
+ * stats.c and direct.c.
  *
  * Lock order, outermost first:
- *   io_lock (brlock: shared for read/write/writeback, exclusive for
- *            truncate and invalidate, which change which folios exist
- *            beyond what a reader or writer could observe mid-call)
+ *   io_lock (brlock: shared for read/write/writeback and direct
+ *            overwrites, exclusive for truncate, invalidate (they change
+ *            which folios exist) and other direct writes (direct.c))
  *   folio LOCKED bits, in ascending position order
  *   index_lock (rwlock around the radix tree; tags are set under the
  *               shared side with atomics, cleared under the exclusive side;
@@ -57,6 +58,7 @@
 #include "base/brlock.h"
 #include "base/spinlock.h"
 #include "index/index.h"
+#include "mapping/extents.h"
 #include "engine/engine.h"
 #include "folio/folio.h"
 
@@ -209,6 +211,7 @@ struct folio_mapping {
 	/* Readahead (readahead.c): see struct mapping_ra for its lock. */
 	struct mapping_ra ra;
 
+	struct mapping_extents direct; /* extents.h: lock and use */
 	/* Statistics (folio_mapping_stats(), stats.c): relaxed atomics, no
 	 * lock. */
 	struct {
@@ -224,6 +227,9 @@ struct folio_mapping {
 		_Atomic uint64_t map_calls, retries, errors, flushes;
 		_Atomic uint64_t readahead_bytes, readahead_hits;
 		_Atomic uint64_t readahead_wasted;
+		_Atomic uint64_t direct_writes, direct_fast_writes;
+		_Atomic uint64_t direct_reads, direct_map_calls;
+		_Atomic uint64_t direct_exclusive;
 	} stats;
 };
 
