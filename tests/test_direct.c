@@ -339,6 +339,30 @@ static void test_read_writes_back(void **state)
 	test_close(m, e);
 }
 
+/* Dirty data whose writeback fails stays in the cache: a direct read
+ * returns it all the same, as a buffered read would. */
+static void test_read_serves_unwritten_dirty(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	struct folio_mapping *m = setup(&e, 64 * KIB, 0);
+	unsigned char *buffered = malloc(BS);
+	fill(buffered, BS, 17);
+	assert_int_equal(folio_mapping_write(m, buffered, BS, 2 * BS), BS);
+	struct folio_mem_fault f = {.sz = sizeof(f),
+				    .ops = FOLIO_MEM_OP_WRITE,
+				    .error = -EIO};
+	assert_int_equal(folio_engine_mem_inject(e, &f), 0);
+	unsigned char want[4 * BS];
+	fill(want, sizeof(want), 0);
+	memcpy(want + 2 * BS, buffered, BS);
+	expect_direct(m, want + BS, 3 * BS, BS);
+	assert_int_equal(test_mapping_stats(m).dirty_bytes, BS);
+	assert_int_equal(folio_engine_mem_clear_faults(e), 0);
+	free(buffered);
+	test_close(m, e);
+}
+
 /* ---- durability and faults -------------------------------------------- */
 
 static void test_durable_after_sync(void **state)
@@ -359,8 +383,14 @@ static void test_durable_after_sync(void **state)
 					 m, d + 2 * BS, 2 * BS, 64 * KIB,
 					 dsync ? FOLIO_DIRECT_DSYNC : 0),
 				 2 * BS);
-		if (!dsync)
+		if (!dsync) {
+			/* Nothing is cached: the sync must flush all the
+			 * same, for the direct writes. */
+			uint64_t flushes = test_mem_stats(e).flushes;
+			assert_int_equal(test_mapping_stats(m).folios, 0);
 			assert_int_equal(folio_mapping_sync(m, NULL), 0);
+			assert_true(test_mem_stats(e).flushes > flushes);
+		}
 		assert_int_equal(folio_engine_mem_power_cut(e, 0, 1), 0);
 		unsigned char got[4 * BS];
 		assert_int_equal(folio_engine_mem_peek_durable(e, got, 2 * BS,
@@ -883,6 +913,7 @@ int main(void)
 		cmocka_unit_test(test_dirty_superseded),
 		cmocka_unit_test(test_writeback_waited),
 		cmocka_unit_test(test_read_writes_back),
+		cmocka_unit_test(test_read_serves_unwritten_dirty),
 		cmocka_unit_test(test_durable_after_sync),
 		cmocka_unit_test(test_failing_and_short),
 		cmocka_unit_test(test_flush_failure_in_flight),
