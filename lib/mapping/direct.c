@@ -349,6 +349,27 @@ static void backing_raise(struct folio_mapping *m, uint64_t end)
 		;
 }
 
+/*
+ * A direct write that did not complete superseded dirty data it never
+ * wrote, which may have been what would have grown the store to EOF:
+ * grow it now (zeros), so that a sync leaves store and mapping the same
+ * size, as writeback would have. Caller holds io_lock exclusively (no
+ * write in flight reaches past EOF). Returns err, or the truncate's
+ * error when err is 0.
+ */
+static int grow_store_to_eof(struct folio_mapping *m, int err)
+{
+	uint64_t eof = mapping_eof(m);
+	if (atomic_load(&m->size.backing) >= eof)
+		return err;
+	int r = engine_truncate(m->engine, eof);
+	if (r)
+		return err ? err : r;
+	atomic_store(&m->size.backing, eof);
+	mapping_resize_unstable(m, eof);
+	return err;
+}
+
 ssize_t folio_mapping_write_direct(struct folio_mapping *m, const void *buf,
 				   size_t len, uint64_t pos, unsigned flags)
 {
@@ -403,6 +424,8 @@ ssize_t folio_mapping_write_direct(struct folio_mapping *m, const void *buf,
 		backing_raise(m, out.stored_end);
 		mapping_grow_eof(m, out.stored_end);
 	}
+	if (!fast && out.done < len)
+		out.err = grow_store_to_eof(m, out.err);
 	walk_locked(m, pos, end, INDEX_NO_TAG, drop_clean_blocks, NULL);
 	if (fast)
 		brlock_read_unlock_at(&m->io_lock, stripe);
