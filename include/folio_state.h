@@ -1156,11 +1156,15 @@ FOLIO_EXPORT ssize_t folio_mapping_read(struct folio_mapping *m, void *buf,
  * again. With FOLIO_DIRECT_DSYNC they are durable when the call returns
  * with the full count. A flush of the engine that fails while the write
  * is in flight (any mapping's) may have dropped it: the call then fails
- * with -EIO.
+ * with -EIO. A truncate of @m that no flush has made durable yet, to a
+ * size below the range's end, is flushed first (a failed flush redoes
+ * truncates by cutting the store there, which would cut this write's
+ * bytes, and nothing could write them again).
  *
  * Context: any thread, concurrently with any other call on @m; takes
  * io_lock (shared or exclusive, see above), then each cached folio of the
- * range in turn; sleeps, does I/O (and a flush with FOLIO_DIRECT_DSYNC).
+ * range in turn; sleeps, does I/O (and a flush with FOLIO_DIRECT_DSYNC or
+ * after such a truncate).
  * The caller must hold no lock of a folio of @m.
  * Return: bytes written: @len, or fewer when the engine wrote short or a
  * later extent's request failed (its error is recorded); -EINVAL for NULL
@@ -1168,6 +1172,8 @@ FOLIO_EXPORT ssize_t folio_mapping_read(struct folio_mapping *m, void *buf,
  * aligned as above (nothing changed); -EFBIG as for folio_mapping_write();
  * -EIO while the store's tail is stale after a failed flush whose redo
  * failed (the range reaches past it; the next sync retries the redo);
+ * the error of the flush of a pending truncate (see above), or -EAGAIN
+ * when truncates kept coming (-EIO when flushes kept failing);
  * when no byte was written: the request's error (a map() or submit()
  * error, the engine's result), -EIO for a flush failure while in flight,
  * the barrier's or flush's error with FOLIO_DIRECT_DSYNC. Every failure

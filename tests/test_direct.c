@@ -447,6 +447,43 @@ static void test_failing_and_short(void **state)
 }
 
 /*
+ * A truncate no flush covered yet is redone after a failed flush by a cut
+ * at its size: a direct write above it (not in the cache, so never
+ * written again) must have it flushed first, or the redo cuts it away.
+ */
+static void test_pending_truncate_settled(void **state)
+{
+	(void)state;
+	for (int fast = 0; fast < 2; fast++) {
+		struct folio_engine *e;
+		struct folio_mapping *m = setup(&e, 64 * KIB, 0);
+		assert_int_equal(folio_mapping_truncate(m, 16 * KIB), 0);
+		if (fast) /* grow back: a pending cut below an overwrite */
+			assert_int_equal(folio_mapping_truncate(m, 64 * KIB),
+					 0);
+		unsigned char *d = abuf(BS);
+		fill(d, BS, 51);
+		uint64_t flushes = test_mem_stats(e).flushes;
+		assert_int_equal(folio_mapping_write_direct(m, d, BS, 32 * KIB,
+							    0),
+				 BS);
+		assert_true(test_mem_stats(e).flushes > flushes);
+		assert_int_equal(test_mapping_stats(m).direct_fast_writes,
+				 (uint64_t)fast);
+		struct folio_mem_fault f = {.sz = sizeof(f),
+					    .ops = FOLIO_MEM_OP_FLUSH,
+					    .count = 1,
+					    .error = -EIO};
+		assert_int_equal(folio_engine_mem_inject(e, &f), 0);
+		assert_int_equal(folio_mapping_sync(m, NULL), -EIO);
+		assert_int_equal(folio_mapping_sync(m, NULL), 0);
+		expect_store(e, d, BS, 32 * KIB);
+		free(d);
+		test_close(m, e);
+	}
+}
+
+/*
  * A flush of the engine fails (another mapping's sync) while a direct
  * write is in flight: the write may have been dropped, and the library
  * has no copy, so it fails with -EIO and records it. An engine of our own
@@ -916,6 +953,7 @@ int main(void)
 		cmocka_unit_test(test_read_serves_unwritten_dirty),
 		cmocka_unit_test(test_durable_after_sync),
 		cmocka_unit_test(test_failing_and_short),
+		cmocka_unit_test(test_pending_truncate_settled),
 		cmocka_unit_test(test_flush_failure_in_flight),
 		cmocka_unit_test(test_model),
 		cmocka_unit_test(test_threads_race),

@@ -121,6 +121,7 @@ void mapping_resize_unstable(struct folio_mapping *m, uint64_t size)
 	if (!m->commit.resize_pending || size < m->commit.resize_low)
 		m->commit.resize_low = size;
 	m->commit.resize_pending = true;
+	atomic_store(&m->commit.resize_hint, true);
 	m->commit.resize_epoch = atomic_load(&m->commit.flush_epoch);
 	pthread_mutex_unlock(&m->commit.lock);
 }
@@ -136,11 +137,20 @@ static bool resize_pending(struct folio_mapping *m, uint64_t *low)
 	return pending;
 }
 
+bool mapping_resize_pending_below(struct folio_mapping *m, uint64_t end)
+{
+	uint64_t low;
+	return atomic_load(&m->commit.resize_hint) &&
+	       resize_pending(m, &low) && low < end;
+}
+
 static void resize_settled(struct folio_mapping *m, uint64_t epoch)
 {
 	pthread_mutex_lock(&m->commit.lock);
-	if (m->commit.resize_pending && m->commit.resize_epoch <= epoch)
+	if (m->commit.resize_pending && m->commit.resize_epoch <= epoch) {
 		m->commit.resize_pending = false;
+		atomic_store(&m->commit.resize_hint, false);
+	}
 	pthread_mutex_unlock(&m->commit.lock);
 }
 

@@ -370,6 +370,41 @@ static int grow_store_to_eof(struct folio_mapping *m, int err)
 	return err;
 }
 
+/* Attempts at settling truncates that keep coming before a direct write
+ * gives up with -EAGAIN. */
+#define SETTLE_TRIES 8
+
+/*
+ * A truncate no flush has covered yet is redone after a failed flush by
+ * cutting the store at the smallest size since and growing it back
+ * (commit.c): what was written above the cut since must be in the cache
+ * to be written again, and a direct write's bytes are not. So a direct
+ * write reaching above a pending cut first has it flushed. Returns 0 when
+ * none is pending, else the flush's error, or -EAGAIN (-EIO once
+ * flushes by others kept failing) after SETTLE_TRIES rounds.
+ */
+static int settle_resize(struct folio_mapping *m, uint64_t end,
+			 unsigned tries)
+{
+	for (; mapping_resize_pending_below(m, end); tries++) {
+		if (tries >= SETTLE_TRIES)
+			return atomic_load(&m->err.last_error) ? -EIO : -EAGAIN;
+		int r = mapping_commit(m);
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
+static void direct_unlock(struct folio_mapping *m, bool fast,
+			  unsigned stripe)
+{
+	if (fast)
+		brlock_read_unlock_at(&m->io_lock, stripe);
+	else
+		brlock_write_unlock(&m->io_lock);
+}
+
 ssize_t folio_mapping_write_direct(struct folio_mapping *m, const void *buf,
 				   size_t len, uint64_t pos, unsigned flags)
 {
@@ -394,12 +429,25 @@ ssize_t folio_mapping_write_direct(struct folio_mapping *m, const void *buf,
 	struct direct_out out = {0};
 
 	unsigned stripe = brlock_thread_stripe();
-	brlock_read_lock_at(&m->io_lock, stripe);
-	bool fast = plan_overwrite(m, pos, end, p, &n);
+	bool fast;
+	for (unsigned tries = 0;; tries++) {
+		/* Outside io_lock: a flush may take it. */
+		r = settle_resize(m, end, tries);
+		if (r)
+			return r;
+		brlock_read_lock_at(&m->io_lock, stripe);
+		fast = plan_overwrite(m, pos, end, p, &n);
+		if (!fast) {
+			brlock_read_unlock_at(&m->io_lock, stripe);
+			brlock_write_lock(&m->io_lock);
+			stat_add(&m->stats.direct_exclusive, 1);
+		}
+		/* A truncate that came in between: settle it too. */
+		if (!mapping_resize_pending_below(m, end))
+			break;
+		direct_unlock(m, fast, stripe);
+	}
 	if (!fast) {
-		brlock_read_unlock_at(&m->io_lock, stripe);
-		brlock_write_lock(&m->io_lock);
-		stat_add(&m->stats.direct_exclusive, 1);
 		if (end > atomic_load(&m->size.stale_from)) {
 			/* Buffered reads zero-fill there until a sync redoes
 			 * the lost truncate: they would not see this write. */
@@ -427,10 +475,7 @@ ssize_t folio_mapping_write_direct(struct folio_mapping *m, const void *buf,
 	if (!fast && out.done < len)
 		out.err = grow_store_to_eof(m, out.err);
 	walk_locked(m, pos, end, INDEX_NO_TAG, drop_clean_blocks, NULL);
-	if (fast)
-		brlock_read_unlock_at(&m->io_lock, stripe);
-	else
-		brlock_write_unlock(&m->io_lock);
+	direct_unlock(m, fast, stripe);
 
 	if (out.err)
 		errseq_record(m, out.err);

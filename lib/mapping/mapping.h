@@ -179,6 +179,7 @@ struct folio_mapping {
 		 * they are redone. `low` is the smallest size cut to since
 		 * the last covering flush, `epoch` the newest truncate's. */
 		bool resize_pending;
+		atomic_bool resize_hint; /* resize_pending, read lock-free */
 		uint64_t resize_low, resize_epoch;
 		/* A failed flush's redo of the pending resize failed too:
 		 * the store may still hold bytes a truncate cut, so the
