@@ -1172,8 +1172,8 @@ FOLIO_EXPORT ssize_t folio_mapping_read(struct folio_mapping *m, void *buf,
  * aligned as above (nothing changed); -EFBIG as for folio_mapping_write();
  * -EIO while the store's tail is stale after a failed flush whose redo
  * failed (the range reaches past it; the next sync retries the redo);
- * the error of the flush of a pending truncate (see above), or -EAGAIN
- * when truncates kept coming (-EIO when flushes kept failing);
+ * when a pending truncate (see above) could not be flushed in 8 tries:
+ * the last flush's error, or -EAGAIN when truncates kept coming;
  * when no byte was written: the request's error (a map() or submit()
  * error, the engine's result), -EIO for a flush failure while in flight,
  * the barrier's or flush's error with FOLIO_DIRECT_DSYNC. Every failure

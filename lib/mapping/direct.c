@@ -379,19 +379,21 @@ static int grow_store_to_eof(struct folio_mapping *m, int err)
  * cutting the store at the smallest size since and growing it back
  * (commit.c): what was written above the cut since must be in the cache
  * to be written again, and a direct write's bytes are not. So a direct
- * write reaching above a pending cut first has it flushed. Returns 0 when
- * none is pending, else the flush's error, or -EAGAIN (-EIO once
- * flushes by others kept failing) after SETTLE_TRIES rounds.
+ * write reaching above a pending cut first has it flushed. Returns 0 once
+ * none is pending, else, after SETTLE_TRIES flushes, the last flush's
+ * error, or -EAGAIN when they succeeded but truncates kept coming.
  */
 static int settle_resize(struct folio_mapping *m, uint64_t end,
 			 unsigned tries)
 {
+	int err = 0;
 	for (; mapping_resize_pending_below(m, end); tries++) {
 		if (tries >= SETTLE_TRIES)
-			return atomic_load(&m->err.last_error) ? -EIO : -EAGAIN;
-		int r = mapping_commit(m);
-		if (r)
-			return r;
+			return err ? err : -EAGAIN;
+		/* A failure may be an older one the flush reports (a failed
+		 * flush of the engine since this mapping's last): the next
+		 * flush then settles the truncate. */
+		err = mapping_commit(m);
 	}
 	return 0;
 }
