@@ -1015,6 +1015,12 @@ struct folio_mapping;
 					  * sequential readers;
 					  * folio_mapping_readahead() still
 					  * works */
+#define FOLIO_MAPPING_DIRECT_EXCLUSIVE 0x10u /* every direct write takes the
+					  * exclusive path and asks map():
+					  * no extent cache (for comparisons,
+					  * and engines that move written
+					  * data, see
+					  * folio_mapping_write_direct()) */
 
 /* Largest struct folio_mapping_opts.readahead_max. */
 #define FOLIO_MAPPING_MAX_READAHEAD ((size_t)256 << 20)
@@ -1159,6 +1165,122 @@ FOLIO_EXPORT ssize_t folio_mapping_write(struct folio_mapping *m,
  */
 FOLIO_EXPORT ssize_t folio_mapping_read(struct folio_mapping *m, void *buf,
 					size_t len, uint64_t pos);
+
+/* ---- direct I/O ------------------------------------------------------ */
+
+/* folio_mapping_write_direct() flags */
+#define FOLIO_DIRECT_DSYNC 0x1u /* durable before the call returns, like
+				 * O_DSYNC: FOLIO_IO_DURABLE requests when
+				 * the engine takes them, else the write and
+				 * then a flush */
+
+/**
+ * folio_mapping_write_direct() - write @len bytes at @pos straight from
+ * @buf to the engine, like pwrite(2) on an O_DIRECT descriptor: no folio
+ * holds them, the engine's requests point into @buf.
+ * @m:     the mapping.
+ * @buf:   the bytes; its address a multiple of FOLIO_ENGINE_DIRECT_ALIGN
+ *         (what O_DIRECT engines require of memory, whatever the engine:
+ *         aligned_alloc(FOLIO_ENGINE_DIRECT_ALIGN, ...) or folio memory
+ *         qualifies). May be NULL when @len is 0.
+ * @len:   bytes, a multiple of the mapping's block size.
+ * @pos:   object position, a multiple of the block size.
+ * @flags: 0 or FOLIO_DIRECT_DSYNC.
+ *
+ * One engine request per extent of the range (one in all without map()),
+ * submitted together, then waited for.
+ *
+ * Coherence with the cache: before the I/O, every cached folio the range
+ * touches is locked in turn, its writeback waited for, and its blocks
+ * inside the range are superseded: dirty and unstable data there is
+ * dropped unwritten (the direct write replaces it), cached copies are
+ * dropped (no longer uptodate). After the I/O the range's clean blocks
+ * are dropped again, so that a buffered read that raced in and read the
+ * old bytes cannot leave them cached; a block a buffered write dirtied
+ * meanwhile is kept (the two writes raced: the buffered one, written
+ * back later, wins). Blocks outside the range keep their state. Buffered
+ * reads and writes that start after the call returned see its bytes.
+ * Overlapping concurrent direct writes may interleave per block, as
+ * O_DIRECT writes do on ext4 and XFS.
+ *
+ * The fast path: an overwrite, [@pos, @pos + @len) inside both EOF and
+ * the store's known size and, when the engine has map(), inside extents
+ * the mapping's extent cache holds as written, takes io_lock shared and
+ * calls no map(), changes no size, creates no folio: direct overwrites of
+ * one mapping run in parallel with each other and with buffered I/O. The
+ * extent cache is filled by the exclusive path's map() calls (written
+ * extents, and unwritten ones once written) and forgotten past a
+ * truncate's size, a discarding invalidate's new EOF and a failed
+ * flush's redone truncate. It trusts that a written extent stays where
+ * map() said until then: engines that move written data (copy on
+ * write) need FOLIO_MAPPING_DIRECT_EXCLUSIVE. Everything else (growing
+ * EOF, holes, unwritten extents, a cold cache) takes io_lock exclusively,
+ * asks map() (which may allocate), writes, then grows EOF and the store's
+ * size by what was written.
+ *
+ * Durability: as for buffered writes, the bytes are unstable until a
+ * flush covers them: folio_mapping_sync() always flushes, so once a sync
+ * that began after the call returned 0 they are durable. No copy is kept:
+ * a flush that fails after the call returned may lose them, and that
+ * sync (and every error cursor) reports it, but nothing writes them
+ * again. With FOLIO_DIRECT_DSYNC they are durable when the call returns
+ * with the full count. A flush of the engine that fails while the write
+ * is in flight (any mapping's) may have dropped it: the call then fails
+ * with -EIO. A truncate of @m that no flush has made durable yet, to a
+ * size below the range's end, is flushed first (a failed flush redoes
+ * truncates by cutting the store there, which would cut this write's
+ * bytes, and nothing could write them again).
+ *
+ * Context: any thread, concurrently with any other call on @m; takes
+ * io_lock (shared or exclusive, see above), then each cached folio of the
+ * range in turn; sleeps, does I/O (and a flush with FOLIO_DIRECT_DSYNC or
+ * after such a truncate).
+ * The caller must hold no lock of a folio of @m.
+ * Return: bytes written: @len, or fewer when the engine wrote short or a
+ * later extent's request failed (its error is recorded); -EINVAL for NULL
+ * @m, NULL @buf with @len > 0, unknown @flags, or @pos, @len or @buf not
+ * aligned as above (nothing changed); -EFBIG as for folio_mapping_write();
+ * -EIO while the store's tail is stale after a failed flush whose redo
+ * failed (the range reaches past it; the next sync retries the redo);
+ * when a pending truncate (see above) could not be flushed in 8 tries:
+ * the last flush's error, or -EAGAIN when truncates kept coming;
+ * when no byte was written: the request's error (a map() or submit()
+ * error, the engine's result), -EIO for a flush failure while in flight,
+ * the barrier's or flush's error with FOLIO_DIRECT_DSYNC. Every failure
+ * after the cache was touched is recorded for the error cursors.
+ */
+FOLIO_EXPORT ssize_t folio_mapping_write_direct(struct folio_mapping *m,
+						const void *buf, size_t len,
+						uint64_t pos, unsigned flags);
+
+/**
+ * folio_mapping_read_direct() - read into @buf straight from the engine,
+ * like pread(2) on an O_DIRECT descriptor: short at EOF.
+ * @m:   the mapping.
+ * @buf: receives the bytes; aligned as for folio_mapping_write_direct().
+ * @len: bytes, a multiple of the block size.
+ * @pos: object position, a multiple of the block size.
+ *
+ * Dirty data the range covers is written back first (a writeback pass
+ * over the range that waits, as folio_mapping_writeback() with
+ * FOLIO_WB_WAIT), so the store holds every write that completed before
+ * the call; blocks still dirty after the read (their writeback failed)
+ * are then copied from the cache into @buf, so the result is what a
+ * buffered read would return. The cache is not filled. Holes (map())
+ * read as zeros without I/O, and so do bytes where the store is known
+ * stale (see folio_mapping_read()). Bytes of @buf between EOF and the
+ * end of the block holding it are zeroed; past that @buf is not written.
+ *
+ * Context: any thread, concurrently with any other call on @m; the
+ * writeback pass, then io_lock shared for the reads; sleeps, does I/O.
+ * The caller must hold no lock of a folio of @m.
+ * Return: bytes read, min(@len, EOF - @pos), 0 at or past EOF; -EINVAL as
+ * for folio_mapping_write_direct(); -EFBIG likewise; a request's or
+ * map()'s error, -EIO for a short read.
+ */
+FOLIO_EXPORT ssize_t folio_mapping_read_direct(struct folio_mapping *m,
+					       void *buf, size_t len,
+					       uint64_t pos);
 
 /**
  * folio_mapping_readahead() - start reading [@pos, @pos + @len) into the
@@ -1372,6 +1494,17 @@ struct folio_mapping_stats {
 	uint64_t readahead_wasted; /* bytes of such folios that left the
 				    * cache unread (evicted, truncated,
 				    * invalidated) */
+	/* Added later (a smaller @sz does not get them): direct I/O. */
+	uint64_t direct_writes;      /* folio_mapping_write_direct() calls
+				      * that did I/O */
+	uint64_t direct_fast_writes; /* of those, overwrites under io_lock
+				      * shared with no map() call */
+	uint64_t direct_reads;       /* folio_mapping_read_direct() calls
+				      * that did I/O */
+	uint64_t direct_map_calls;   /* map() calls made by direct I/O (also
+				      * counted in map_calls) */
+	uint64_t direct_exclusive;   /* direct writes that took io_lock
+				      * exclusively */
 };
 
 /**

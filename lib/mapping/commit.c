@@ -24,6 +24,7 @@
 #include "base/futex.h"
 #include "mapping/cache.h"
 #include "mapping/commit.h"
+#include "mapping/extents.h"
 #include "mapping/errseq.h"
 #include "mapping/request.h"
 #include "mapping/tags.h"
@@ -117,6 +118,7 @@ void mapping_resize_unstable(struct folio_mapping *m, uint64_t size)
 	if (!m->commit.resize_pending || size < m->commit.resize_low)
 		m->commit.resize_low = size;
 	m->commit.resize_pending = true;
+	atomic_store(&m->commit.resize_hint, true);
 	m->commit.resize_gen = atomic_load(&m->commit.flush_gen);
 	pthread_mutex_unlock(&m->commit.lock);
 }
@@ -132,11 +134,20 @@ static bool resize_is_pending(struct folio_mapping *m, uint64_t *low)
 	return pending;
 }
 
+bool mapping_resize_pending_below(struct folio_mapping *m, uint64_t end)
+{
+	uint64_t low;
+	return atomic_load(&m->commit.resize_hint) &&
+	       resize_is_pending(m, &low) && low < end;
+}
+
 static void resize_settled(struct folio_mapping *m, uint64_t gen)
 {
 	pthread_mutex_lock(&m->commit.lock);
-	if (m->commit.resize_pending && m->commit.resize_gen <= gen)
+	if (m->commit.resize_pending && m->commit.resize_gen <= gen) {
 		m->commit.resize_pending = false;
+		atomic_store(&m->commit.resize_hint, false);
+	}
 	pthread_mutex_unlock(&m->commit.lock);
 }
 
@@ -164,6 +175,7 @@ static int redo_resize_locked(struct folio_mapping *m)
 		uint64_t eof = mapping_eof(m);
 		uint64_t cut = MIN(low, eof);
 		r = engine_truncate(e, cut);
+		mapping_extents_forget(&m->direct, cut);
 		if (!r)
 			atomic_store(&m->size.backing, cut);
 		if (!r && low < eof) {

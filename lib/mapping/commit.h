@@ -14,6 +14,12 @@ void mapping_commit_destroy(struct folio_mapping *m);
  * a flush covers it. Caller holds io_lock exclusively. */
 void mapping_resize_unstable(struct folio_mapping *m, uint64_t size);
 
+/* Is a resize no flush has covered yet pending with a cut below `end`?
+ * A failed flush then redoes it by cutting the store there (commit.c):
+ * what was written above since must be in the cache to be rewritten,
+ * which direct writes are not. Lock-free when none is pending. */
+bool mapping_resize_pending_below(struct folio_mapping *m, uint64_t end);
+
 /* The first `len` bytes of a write request's segment `s` (its folio, the
  * index node holding it, see mapping_tag_set_at(), and its offset)
  * completed: they are unstable until a flush covering generation `gen`

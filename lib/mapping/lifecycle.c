@@ -14,7 +14,8 @@
 #define DEFAULT_BLOCK_SIZE 4096u
 #define KNOWN_FLAGS \
 	(FOLIO_MAPPING_STABLE_WRITES | FOLIO_MAPPING_DROP_ON_ERROR | \
-	 FOLIO_MAPPING_FOLIO_DIRTY | FOLIO_MAPPING_NO_READAHEAD)
+	 FOLIO_MAPPING_FOLIO_DIRTY | FOLIO_MAPPING_NO_READAHEAD | \
+	 FOLIO_MAPPING_DIRECT_EXCLUSIVE)
 
 /* Mapping ids are never reused, so a thread's cached folio pointer can
  * never be mistaken for one of a later mapping at the same address. */

@@ -7,13 +7,16 @@
  * per-thread hint), tags.h (index iteration and tags), remove.h (removal
  * and reclaim), wait.h (lock and writeback waits), fill.h (read requests
  * filling folios), request.h (building engine requests), readahead.h,
- * writeback.h, commit.h (flushes and unstable data) and errseq.h. The
- * public calls are in lifecycle.c, lookup.c, read.c, write.c,
- * readahead.c, truncate.c, writeback.c, errseq.c and stats.c.
+ * writeback.h, commit.h (flushes and unstable data), errseq.h and
+ * direct.h (direct I/O). The public calls are in lifecycle.c, lookup.c,
+ * read.c, write.c, readahead.c, truncate.c, writeback.c, errseq.c,
+ * stats.c and direct.c.
  *
  * Locks. A mapping's locks, the one lock order of the library and what
  * each mechanism protects are in doc/design.md, "Concurrency"; the
  * comment on each group of fields below names the lock that guards it.
+ * io_lock is shared for reads, writes, writeback and direct overwrites,
+ * exclusive for truncate, invalidate and other direct writes (direct.c).
  * The reasons that shape the code here: completions of engine requests
  * take only index_lock and state locks, so waiting for I/O holding a
  * folio lock or io_lock cannot deadlock; folios leave the index under
@@ -32,6 +35,7 @@
 #include "base/brlock.h"
 #include "base/spinlock.h"
 #include "index/index.h"
+#include "mapping/extents.h"
 #include "engine/engine.h"
 #include "folio/folio.h"
 
@@ -158,6 +162,7 @@ struct folio_mapping {
 		 * the last covering flush, `gen` the newest truncate's flush
 		 * generation. */
 		bool resize_pending;
+		atomic_bool resize_hint; /* resize_pending, read lock-free */
 		uint64_t resize_low, resize_gen;
 		/* A failed flush's redo of the pending resize failed too:
 		 * the store may still hold bytes a truncate cut, so the
@@ -191,6 +196,7 @@ struct folio_mapping {
 	/* Readahead (readahead.c): see struct mapping_ra for its lock. */
 	struct mapping_ra ra;
 
+	struct mapping_extents direct; /* extents.h: lock and use */
 	/* Statistics (folio_mapping_stats(), stats.c): relaxed atomics, no
 	 * lock. */
 	struct {
@@ -206,6 +212,9 @@ struct folio_mapping {
 		_Atomic uint64_t map_calls, retries, errors, flushes;
 		_Atomic uint64_t readahead_bytes, readahead_hits;
 		_Atomic uint64_t readahead_wasted;
+		_Atomic uint64_t direct_writes, direct_fast_writes;
+		_Atomic uint64_t direct_reads, direct_map_calls;
+		_Atomic uint64_t direct_exclusive;
 	} stats;
 };
 

@@ -34,6 +34,11 @@ int folio_mapping_stats(struct folio_mapping *m,
 	LOAD(readahead_bytes);
 	LOAD(readahead_hits);
 	LOAD(readahead_wasted);
+	LOAD(direct_writes);
+	LOAD(direct_fast_writes);
+	LOAD(direct_reads);
+	LOAD(direct_map_calls);
+	LOAD(direct_exclusive);
 #undef LOAD
 	pthread_rwlock_rdlock(&m->index_lock);
 	uint64_t key = 0;

@@ -8,21 +8,12 @@
 
 #include "mapping/cache.h"
 #include "mapping/commit.h"
+#include "mapping/direct.h"
+#include "mapping/extents.h"
 #include "mapping/readahead.h"
 #include "mapping/remove.h"
 #include "mapping/tags.h"
 #include "mapping/wait.h"
-
-/* Forget the dirty and unstable state of the blocks wholly inside
- * [off, off+len) of f (their data is gone), keeping the cache's counts. */
-static void forget_blocks(struct folio_mapping *m, struct folio *f,
-			  size_t off, size_t len)
-{
-	size_t dirty = folio_clear_dirty_counted(f, off, len);
-	size_t unstable = folio_forget_unstable(f, off, len);
-	mapping_cache_account(m, -mapping_block_bytes(f, dirty), 0,
-		      -mapping_block_bytes(f, unstable));
-}
 
 /* Zero the bytes of f from `size` on and forget the state of the blocks
  * wholly past it: they no longer belong to the object. */
@@ -32,7 +23,7 @@ static void cut_folio_tail(struct folio_mapping *m, struct folio *f,
 	size_t off = (size_t)(size - f->pos);
 	size_t tail = folio_size(f) - off;
 	memset(f->data + off, 0, tail);
-	forget_blocks(m, f, off, tail);
+	mapping_forget_blocks(m, f, off, tail);
 }
 
 /* Shrink the cache to `size`: drop folios wholly past it, zero and clean
@@ -79,8 +70,10 @@ int folio_mapping_truncate(struct folio_mapping *m, uint64_t size)
 		r = engine_truncate(m->engine, size);
 	}
 	if (!r) {
-		if (size < old)
+		if (size < old) {
 			shrink_cache(m, size);
+			mapping_extents_forget(&m->direct, size);
+		}
 		/* Uptodate blocks past EOF always hold zeros (writes and
 		 * reads zero-fill there, shrinking zeroes), so growing needs
 		 * no memory work: the new space already reads as zeros. */
@@ -164,7 +157,7 @@ int folio_mapping_invalidate(struct folio_mapping *m, uint64_t pos,
 			uint64_t a = MAX(f->pos, pos), z = MIN(fend, end);
 			size_t off = (size_t)(a - f->pos);
 			discarded |= folio_is_dirty(f, off, (size_t)(z - a)) == 1;
-			forget_blocks(m, f, off, (size_t)(z - a));
+			mapping_forget_blocks(m, f, off, (size_t)(z - a));
 			folio_clear_uptodate(f, off, (size_t)(z - a));
 		}
 		/* Dirty and unstable data is the cache's to keep until it
@@ -187,6 +180,7 @@ int folio_mapping_invalidate(struct folio_mapping *m, uint64_t pos,
 			 * beyond the store's end. Cut the cache as a shrink
 			 * would; the store needs no change. */
 			shrink_cache(m, new_eof);
+			mapping_extents_forget(&m->direct, new_eof);
 			atomic_store(&m->size.eof, new_eof);
 		}
 	}

@@ -45,6 +45,15 @@
  *   e  the store size check after a discard of an appended tail
  *   f  garbage in the store after a failed flush
  * FUZZ_TRACE=1 prints every operation to stderr.
+ *
+ * Direct I/O: an input whose first byte has both top bits set (no input
+ * made before they existed has) turns write_begin into
+ * folio_mapping_write_direct() (block-aligned, sometimes DSYNC, sometimes
+ * bad arguments) and lookup into folio_mapping_read_direct(). The library
+ * keeps no copy of a direct write: bytes direct-written since the last
+ * good flush become ANY when a flush fails, and a failed or short direct
+ * write leaves the rest of its range ANY (superseded in the cache, the
+ * store holding whatever reached it).
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -77,6 +86,10 @@ static unsigned char alt[SPACE];   /* the other value of an EITHER byte */
 static unsigned char state[SPACE];
 static unsigned char mod_flush[SPACE]; /* written since the last good flush */
 static unsigned char mod_sync[SPACE];  /* ... since the last fault-free sync */
+/* Direct-written since the last good flush: nothing rewrites them. */
+static unsigned char mod_direct[SPACE];
+/* Direct I/O wants an aligned buffer. */
+static _Alignas(4096) unsigned char dbuf[SPACE];
 static unsigned char buf[SPACE];
 static unsigned char store[SPACE];
 static uint64_t hwm; /* model arrays are pristine from here on */
@@ -110,6 +123,7 @@ struct world {
 	uint64_t extent;
 	bool scatter;
 	bool poll;
+	bool direct; /* write_begin and lookup are direct I/O instead */
 	uint64_t size; /* the model's size */
 	folio_errseq_t cursor;
 	uint64_t faults_at_sync[2]; /* per cursor: faults at its last sync */
@@ -394,9 +408,41 @@ static void model_cut(struct world *w, uint64_t size)
 		memset(state + size, ST_KNOWN, n);
 		memset(mod_flush + size, 0, n);
 		memset(mod_sync + size, 0, n);
+		memset(mod_direct + size, 0, n);
 	}
 	w->size = size;
 	touch(size);
+}
+
+/* A direct write put n bytes at pos: in the store, not in the cache. */
+static void model_write_direct(struct world *w, uint64_t pos,
+			       const void *src, size_t n)
+{
+	model_write(w, pos, src, n);
+	memset(mod_flush + pos, 0, n);
+	memset(mod_direct + pos, 1, n);
+}
+
+/* Nothing is known of [pos, end) any more. */
+static void model_any(uint64_t pos, uint64_t end)
+{
+	for (uint64_t i = pos; i < end; i++)
+		if (state[i] != ST_ANY) {
+			state[i] = ST_ANY;
+			unknown++;
+		}
+	touch(end);
+}
+
+/* A flush failed: direct-written bytes it should have made durable may
+ * be gone, and no copy exists to write them again. */
+static void lose_direct(void)
+{
+	for (uint64_t i = 0; i < hwm; i++)
+		if (mod_direct[i]) {
+			model_any(i, i + 1);
+			mod_direct[i] = 0;
+		}
 }
 
 #define CHUNK 256
@@ -594,8 +640,12 @@ static int do_sync(struct world *w, unsigned c)
 		w->redo_may_be_owed = false;
 	bool ffail = flush_faulted(w, a.flushes, b.flushes);
 	CHECK(w, !(r == 0 && ffail), "sync returned 0 but its flush failed");
-	if (!ffail && b.flushes > a.flushes)
+	if (!ffail && b.flushes > a.flushes) {
 		memset(mod_flush, 0, (size_t)hwm);
+		memset(mod_direct, 0, (size_t)hwm);
+	}
+	if (ffail)
+		lose_direct();
 	if (r == 0) {
 		verify_store(w, "store after sync");
 		if (b.faults == a.faults && a.inflight == 0)
@@ -652,6 +702,7 @@ static void setup(struct world *w, struct input *in)
 	int r = folio_engine_mem(&w->e, CAPACITY);
 	CHECK(w, r == 0, "folio_engine_mem: %d", r);
 	uint8_t mp = u8(in);
+	w->direct = (mp >> 6) == 3;
 	if (mp & 2) {
 		w->extent = UINT64_C(1) << (9 + (mp >> 2) % 16);
 		w->scatter = mp & 1;
@@ -688,6 +739,7 @@ static void reset_model(void)
 	memset(state, 0, (size_t)hwm);
 	memset(mod_flush, 0, (size_t)hwm);
 	memset(mod_sync, 0, (size_t)hwm);
+	memset(mod_direct, 0, (size_t)hwm);
 	hwm = 0;
 	unknown = 0;
 }
@@ -857,6 +909,137 @@ static void op_write_begin(struct world *w, struct input *in)
 	      "write_end(%zu of %zd) returned %zd", c, n, k);
 	if (k > 0)
 		model_write(w, pos, buf, (size_t)k);
+}
+
+/* A block-aligned range [*pos, *pos + *len) inside the space. */
+static void gen_block_range(struct world *w, struct input *in, uint64_t *pos,
+			    size_t *len)
+{
+	*pos = gen_pos(w, in) / w->bs * w->bs;
+	size_t n = (gen_len(w, in) + w->bs - 1) / w->bs * w->bs;
+	if (n > SPACE - *pos)
+		n = (size_t)(SPACE - *pos);
+	*len = n;
+}
+
+static void op_write_direct_bad(struct world *w, uint8_t how, uint64_t pos,
+				size_t len)
+{
+	struct snapshot s = snap(w);
+	const unsigned char *b = dbuf;
+	unsigned flags = 0;
+	switch ((how >> 4) & 3) {
+	case 0:
+		pos += w->bs / 2;
+		break;
+	case 1:
+		len += w->bs / 2;
+		break;
+	case 2:
+		b += 8;
+		len = len ? len : w->bs;
+		break;
+	default:
+		flags = 0x100;
+		break;
+	}
+	ssize_t r = folio_mapping_write_direct(w->m, b, len, pos, flags);
+	TRACE("  bad write_direct(%llu, %zu, flags %#x) = %zd\n",
+	      (unsigned long long)pos, len, flags, r);
+	CHECK(w, r == -EINVAL, "bad write_direct returned %zd", r);
+	check_unchanged(w, &s, "bad write_direct");
+}
+
+static void op_write_direct(struct world *w, struct input *in)
+{
+	uint8_t how = u8(in);
+	uint64_t pos;
+	size_t len;
+	gen_block_range(w, in, &pos, &len);
+	if ((how & 7) == 7) {
+		op_write_direct_bad(w, how, pos, len);
+		return;
+	}
+	unsigned flags = (how & 8) ? FOLIO_DIRECT_DSYNC : 0;
+	fill(w, dbuf, len);
+	struct folio_mem_stats a = mstats(w);
+	ssize_t r = folio_mapping_write_direct(w->m, dbuf, len, pos, flags);
+	struct folio_mem_stats b = mstats(w);
+	TRACE("  write_direct(%llu, %zu, flags %#x) = %zd\n",
+	      (unsigned long long)pos, len, flags, r);
+	CHECK(w, r >= -4095 && r <= (ssize_t)len, "write_direct returned %zd",
+	      r);
+	CHECK(w, r == (ssize_t)len || b.faults > a.faults,
+	      "write_direct of %zu at %llu returned %zd without a fault", len,
+	      (unsigned long long)pos, r);
+	size_t done = r > 0 ? (size_t)r : 0;
+	if (done)
+		model_write_direct(w, pos, dbuf, done);
+	if (done < len) {
+		/* The cache dropped the range; the store took any part of
+		 * it, and grew to hold what it took. */
+		int64_t sz = folio_mapping_size(w->m);
+		CHECK(w, sz >= 0 && (uint64_t)sz >= w->size &&
+			 (uint64_t)sz <= (w->size > pos + len ? w->size
+							     : pos + len),
+		      "size %lld after a failed write_direct (model %llu)",
+		      (long long)sz, (unsigned long long)w->size);
+		w->size = (uint64_t)sz;
+		uint64_t end = pos + len < w->size ? pos + len : w->size;
+		if (pos + done < end)
+			model_any(pos + done, end);
+	}
+	bool ffail = flush_faulted(w, a.flushes, b.flushes);
+	if (ffail) {
+		lose_direct();
+		if (!(w->mflags & FOLIO_MAPPING_DROP_ON_ERROR) &&
+		    !KNOWN_BUG('f'))
+			lose_unflushed(w);
+	} else if (b.flushes > a.flushes) {
+		memset(mod_flush, 0, (size_t)hwm);
+		memset(mod_direct, 0, (size_t)hwm);
+	}
+}
+
+static void op_read_direct(struct world *w, struct input *in)
+{
+	uint8_t how = u8(in);
+	uint64_t pos;
+	size_t len;
+	gen_block_range(w, in, &pos, &len);
+	if (how & 1) /* sometimes past EOF */
+		pos += SPACE / 2;
+	if ((how & 6) == 6) {
+		struct snapshot s = snap(w);
+		ssize_t r = folio_mapping_read_direct(w->m, dbuf + 16, len,
+						      pos);
+		TRACE("  bad read_direct(%llu, %zu) = %zd\n",
+		      (unsigned long long)pos, len, r);
+		CHECK(w, r == -EINVAL || (!len && r == 0),
+		      "misaligned read_direct returned %zd", r);
+		check_unchanged(w, &s, "bad read_direct");
+		return;
+	}
+	memset(dbuf, 0xAA, len);
+	uint64_t f0 = mstats(w).faults;
+	ssize_t r = folio_mapping_read_direct(w->m, dbuf, len, pos);
+	uint64_t f1 = mstats(w).faults;
+	TRACE("  read_direct(%llu, %zu) = %zd\n", (unsigned long long)pos,
+	      len, r);
+	uint64_t want = pos >= w->size ? 0
+			: (w->size - pos < len ? w->size - pos : len);
+	CHECK(w, r >= -4095 && r <= (ssize_t)want,
+	      "read_direct of %zu at %llu returned %zd, at most %llu", len,
+	      (unsigned long long)pos, r, (unsigned long long)want);
+	CHECK(w, r == (ssize_t)want || f1 > f0,
+	      "read_direct of %zu at %llu returned %zd (want %llu) without a "
+	      "fault",
+	      len, (unsigned long long)pos, r, (unsigned long long)want);
+	/* With DROP_ON_ERROR a write failing in the read's writeback pass
+	 * was dropped: the store, which this read returns, never got it. */
+	drop_bookkeeping(w);
+	if (r > 0)
+		check_bytes(w, pos, dbuf, (size_t)r, "read_direct");
 }
 
 static void op_truncate(struct world *w, struct input *in)
@@ -1581,7 +1764,12 @@ static void run_op(struct world *w, struct input *in)
 		op_read(w, in);
 		break;
 	case OP_WBEGIN:
-		op_write_begin(w, in);
+		if (w->direct) {
+			w->opname = "write_direct";
+			op_write_direct(w, in);
+		} else {
+			op_write_begin(w, in);
+		}
 		break;
 	case OP_TRUNCATE:
 		op_truncate(w, in);
@@ -1617,7 +1805,12 @@ static void run_op(struct world *w, struct input *in)
 		break;
 	}
 	case OP_LOOKUP:
-		op_lookup(w, in);
+		if (w->direct) {
+			w->opname = "read_direct";
+			op_read_direct(w, in);
+		} else {
+			op_lookup(w, in);
+		}
 		break;
 	case OP_MODE:
 		op_set_mode(w, in);

@@ -50,10 +50,10 @@ STABLE, FOLIO_DIRTY, DROP = 1, 2, 0xf0
 
 
 def header(extent_shift=None, scatter=False, poll=False, seed=1,
-           init=None):
-    mp = 0
+           init=None, direct=False):
+    mp = 0xc0 if direct else 0  # direct: wbegin and lookup are direct I/O
     if extent_shift is not None:
-        mp = ((extent_shift - 9) << 2) | 2 | (1 if scatter else 0)
+        mp |= ((extent_shift - 9) << 2) | 2 | (1 if scatter else 0)
     out = [mp, 1 if poll else 0] + u16(seed)
     if init is None:
         out += [0]
@@ -164,6 +164,18 @@ def dirty(p, n=None):
 
 def lookup(p):
     return [LOOKUP] + pos(p)
+
+
+def write_direct(p, n, dsync=False, bad=None):
+    # in a direct input: how (bit 3 DSYNC; low bits 7: bad arguments,
+    # bits 4-5 which), then a block-aligned range
+    how = 7 | (bad << 4) if bad is not None else (8 if dsync else 0)
+    return [WBEGIN, how] + pos(p) + length(n)
+
+
+def read_direct(p, n, past=False, bad=False):
+    how = 6 if bad else (1 if past else 0)
+    return [LOOKUP, how] + pos(p) + length(n)
 
 
 def mode(poll, seed=0):
@@ -286,6 +298,21 @@ def seeds():
         lookup(0) + lookup(9000) + lookup(500000) + sync() + dirty(0)
     yield 'overflow-invalidate', header() + g4 + write(0, 20000) + \
         bad(14, 0, 0) + bad(15, 1, 100) + read(0, 20000) + sync()
+    yield 'direct-coherence', header(init=(40, 0), direct=True) + g4 + \
+        write(100, 20000) + write_direct(4096, 8192) + read(0, 40000) + \
+        read_direct(0, 40960) + write_direct(77824, 8192, dsync=True) + \
+        write_direct(0, 4096, bad=0) + write_direct(0, 4096, bad=2) + \
+        read_direct(0, 4096, bad=True) + sync() + read_direct(0, 90000)
+    yield 'direct-faults-map', header(extent_shift=13, scatter=True,
+                                       poll=True, direct=True,
+                                       init=(20, 0)) + g4 + \
+        write(0, 30000) + inject('write', short=3000, count=1) + \
+        write_direct(8192, 16384) + read(0, 40000) + \
+        inject('flush', 'EIO') + write_direct(0, 4096) + sync() + \
+        clear() + write_direct(40960, 4096, dsync=True) + \
+        inject('write', 'EIO') + write_direct(0, 8192) + read(0, 50000) + \
+        clear() + sync() + read_direct(0, 50000) + trunc_shrink(5000) + \
+        write_direct(8192, 4096) + read(0, 20000)
     # bad arguments: every case, twice with different sub-cases
     out = header() + g4 + write(0, 10000)
     for case in range(24):
