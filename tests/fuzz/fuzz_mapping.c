@@ -31,7 +31,11 @@
  * Durability: after a sync whose flush failed, the harness overwrites in
  * the store every byte written since the last good flush with garbage (a
  * device that lost its volatile cache). The library must have made those
- * blocks dirty again, so the next successful sync rewrites them.
+ * blocks dirty again, so the next successful sync rewrites them. When a
+ * flush of that sync succeeded before the one that failed (a durable
+ * write's barrier), what it covered is durable and which bytes those were
+ * depends on completion order: nothing is overwritten then, and no byte
+ * counts as unflushed any more.
  *
  * Known library bugs can be masked while their fixes land: the
  * environment variable FUZZ_SKIP_KNOWN (or the compile-time default
@@ -526,19 +530,37 @@ static void check_bytes(struct world *w, uint64_t pos, const unsigned char *got,
 	}
 }
 
-/* Did a flush rule fire on one of the flush calls (f0, f1]? */
-static bool flush_faulted(const struct world *w, uint64_t f0, uint64_t f1)
+/* Did a flush rule fire on the engine's flush call number `call`? */
+static bool flush_call_faulted(const struct world *w, uint64_t call)
+{
+	for (unsigned i = 0; i < w->nfrules; i++) {
+		const struct flush_rule *r = &w->frules[i];
+		if (call <= r->flushes0)
+			continue;
+		uint64_t nth = call - r->flushes0;
+		if (nth > r->skip && (!r->count || nth <= r->skip + r->count))
+			return true;
+	}
+	return false;
+}
+
+/* The last of the flush calls (f0, f1] a rule fired on, or 0. */
+static uint64_t flush_last_faulted(const struct world *w, uint64_t f0,
+				   uint64_t f1)
+{
+	for (uint64_t call = f1; call > f0; call--)
+		if (flush_call_faulted(w, call))
+			return call;
+	return 0;
+}
+
+/* Did one of the flush calls (f0, f1] succeed? */
+static bool flush_any_succeeded(const struct world *w, uint64_t f0,
+				uint64_t f1)
 {
 	for (uint64_t call = f0 + 1; call <= f1; call++)
-		for (unsigned i = 0; i < w->nfrules; i++) {
-			const struct flush_rule *r = &w->frules[i];
-			if (call <= r->flushes0)
-				continue;
-			uint64_t nth = call - r->flushes0;
-			if (nth > r->skip &&
-			    (!r->count || nth <= r->skip + r->count))
-				return true;
-		}
+		if (!flush_call_faulted(w, call))
+			return true;
 	return false;
 }
 
@@ -638,7 +660,8 @@ static int do_sync(struct world *w, unsigned c)
 		w->redo_may_be_owed = true;
 	else if (!r)
 		w->redo_may_be_owed = false;
-	bool ffail = flush_faulted(w, a.flushes, b.flushes);
+	uint64_t last_fail = flush_last_faulted(w, a.flushes, b.flushes);
+	bool ffail = last_fail != 0;
 	CHECK(w, !(r == 0 && ffail), "sync returned 0 but its flush failed");
 	if (!ffail && b.flushes > a.flushes) {
 		memset(mod_flush, 0, (size_t)hwm);
@@ -650,6 +673,14 @@ static int do_sync(struct world *w, unsigned c)
 		verify_store(w, "store after sync");
 		if (b.faults == a.faults && a.inflight == 0)
 			memset(mod_sync, 0, (size_t)hwm);
+	} else if (ffail && flush_any_succeeded(w, a.flushes, last_fail - 1)) {
+		/* A flush of this sync succeeded before one failed (a durable
+		 * write's barrier, then the flush for writes that completed
+		 * after it): what completed before the good one is durable,
+		 * and a device does not lose it at the next failure. Which
+		 * bytes those were depends on completion order, so none is
+		 * known to be unflushed now and none is lost. */
+		memset(mod_flush, 0, (size_t)hwm);
 	} else if (ffail && !(w->mflags & FOLIO_MAPPING_DROP_ON_ERROR) &&
 		   !KNOWN_BUG('f')) {
 		lose_unflushed(w);
