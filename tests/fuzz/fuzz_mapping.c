@@ -1020,7 +1020,7 @@ static void op_write_direct(struct world *w, struct input *in)
 		if (pos + done < end)
 			model_any(pos + done, end);
 	}
-	bool ffail = flush_faulted(w, a.flushes, b.flushes);
+	bool ffail = flush_last_faulted(w, a.flushes, b.flushes) != 0;
 	if (ffail) {
 		lose_direct();
 		if (!(w->mflags & FOLIO_MAPPING_DROP_ON_ERROR) &&
