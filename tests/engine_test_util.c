@@ -157,6 +157,18 @@ long tio_run(struct folio_engine *e, struct tio *t)
 	return atomic_load(&t->result);
 }
 
+long tio_run_durable(struct folio_engine *e, struct tio *t,
+		     bool *barrier_failed)
+{
+	long r = tio_run(e, t);
+	int barrier = atomic_load(&t->barrier);
+	if (barrier)
+		assert_int_equal(r, (long)t->rq.io.len);
+	if (barrier_failed)
+		*barrier_failed = barrier != 0;
+	return barrier ? barrier : r;
+}
+
 long do_io(struct folio_engine *e, enum folio_io_op op, uint64_t pos,
 	   void *buf, size_t len, int nseg, uint64_t seed)
 {
@@ -930,9 +942,7 @@ int fdatasync(int fd)
 	return (int)syscall(SYS_fdatasync, fd);
 }
 
-/* A durable write's result, or its barrier's error when the transfer
- * completed in full and only the barrier failed (*barrier_failed then
- * says so, when given). */
+/* A durable write of buf at pos (tio_run_durable()). */
 static long durable_io_barrier(struct folio_engine *e, uint64_t pos,
 			       void *buf, size_t len, int nseg,
 			       bool *barrier_failed)
@@ -940,14 +950,9 @@ static long durable_io_barrier(struct folio_engine *e, uint64_t pos,
 	struct tio t;
 	tio_prep(&t, FOLIO_IO_WRITE, pos, buf, len, nseg, 0);
 	t.rq.io.flags = FOLIO_IO_DURABLE;
-	long r = tio_run(e, &t);
-	int barrier = atomic_load(&t.barrier);
-	if (barrier)
-		assert_int_equal(r, (long)len);
-	if (barrier_failed)
-		*barrier_failed = barrier != 0;
+	long r = tio_run_durable(e, &t, barrier_failed);
 	tio_free(&t);
-	return barrier ? barrier : r;
+	return r;
 }
 
 static long durable_io(struct folio_engine *e, uint64_t pos, void *buf,

@@ -72,6 +72,11 @@ void eng_progress(struct folio_engine *e);
 void wait_all(struct folio_engine *e, struct tio *t, int n);
 /* Submit t, start it, wait for it; its result, or submit()'s refusal. */
 long tio_run(struct folio_engine *e, struct tio *t);
+/* tio_run() for a FOLIO_IO_DURABLE write: its result, or its barrier's
+ * error when only the barrier failed (the transfer, checked, was full;
+ * *barrier_failed then says so, when given). */
+long tio_run_durable(struct folio_engine *e, struct tio *t,
+		     bool *barrier_failed);
 /* tio_prep() + tio_run() + tio_free(). */
 long do_io(struct folio_engine *e, enum folio_io_op op, uint64_t pos,
 	   void *buf, size_t len, int nseg, uint64_t seed);

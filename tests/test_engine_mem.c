@@ -1300,19 +1300,16 @@ static void durable_prep(struct tio *t, uint64_t pos, void *buf, size_t len)
 	t->rq.io.flags = FOLIO_IO_DURABLE;
 }
 
-/* Its result, or the barrier's error when only the barrier failed (the
- * transfer was full: folio_io_complete_durable()). */
+/* Its result, or the barrier's error when only the barrier failed
+ * (tio_run_durable()). */
 static long durable_wr(struct folio_engine *e, uint64_t pos, void *buf,
 		       size_t len)
 {
 	struct tio t;
 	durable_prep(&t, pos, buf, len);
-	long r = tio_run(e, &t);
-	int barrier = atomic_load(&t.barrier);
-	if (barrier)
-		assert_int_equal(r, (long)len);
+	long r = tio_run_durable(e, &t, NULL);
 	tio_free(&t);
-	return barrier ? barrier : r;
+	return r;
 }
 
 /*
