@@ -156,6 +156,9 @@ struct folio_mapping {
 		 * moves on when it hands the role back. */
 		atomic_uint role;
 		_Atomic uint64_t rounds_started, rounds_finished;
+		/* Syncs of this mapping under way: with more than one, a
+		 * flush round they share beats a durable write for one. */
+		atomic_uint syncers;
 		/* Engine truncates no flush has covered yet: a flush that
 		 * fails may have lost them too (a volatile disk cache), so
 		 * they are redone. `low` is the smallest size cut to since

@@ -444,6 +444,7 @@ int folio_mapping_sync(struct folio_mapping *m, folio_errseq_t *cursor)
 			  !(m->flags & FOLIO_MAPPING_DROP_ON_ERROR),
 	};
 	p.durable = &d;
+	atomic_fetch_add_explicit(&m->commit.syncers, 1, memory_order_relaxed);
 
 	for (int pass = 0;; pass++) {
 		uint64_t rewrites = atomic_load(&m->wb.rewrites);
@@ -461,6 +462,7 @@ int folio_mapping_sync(struct folio_mapping *m, folio_errseq_t *cursor)
 	}
 	/* Its error, if any, is in the sequence the cursor reads. */
 	mapping_commit_sync(m, &d);
+	atomic_fetch_sub_explicit(&m->commit.syncers, 1, memory_order_relaxed);
 	return errseq_check_advance(m, cursor, begin);
 }
 
