@@ -24,7 +24,9 @@
  * size of the striped object is the xattr "folio.size" (decimal ASCII)
  * of the header object named P itself, which also carries
  * "folio.object_size" (decimal) so that reopening with another stripe
- * size is refused. doc/design.md, "RADOS engine", explains the order of
+ * size is refused, and "folio.high_water" (decimal): no data object holds
+ * a byte at or past it, so an engine opening the object trims what a
+ * crashed one left between the size and the mark. doc/design.md, "RADOS engine", explains the order of
  * updates that keeps the size backed by data across a crash.
  */
 #ifndef FOLIO_STATE_RADOS_H

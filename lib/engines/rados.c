@@ -20,6 +20,14 @@
  * size claiming trimmed bytes). What lies past the size after a failed
  * trim is remembered ("garbage") and trimmed again before anything grows
  * the size over it.
+ *
+ * That memory dies with the process, so the header also keeps a
+ * high-water mark: no data object holds a byte at or past it. A write
+ * reaching past the mark raises it (to the end of the stripe object it
+ * reaches, so appends pay once per object) before any of its data goes
+ * out; a shrink lowers it only after its trim succeeded. An engine
+ * opening an object whose mark lies above its size finds what a crash
+ * left between them and trims it before the size can grow over it.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -39,6 +47,7 @@
 #define RADOS_MAX_BYTES ((size_t)64 << 20)
 #define RADOS_XATTR_SIZE "folio.size"
 #define RADOS_XATTR_OSIZE "folio.object_size"
+#define RADOS_XATTR_HIGH "folio.high_water"
 
 struct rados_eng;
 
@@ -96,11 +105,12 @@ struct rados_eng {
 	uint64_t size;           /* the header's size */
 	uint64_t extent;         /* no write submitted past this */
 	uint64_t garbage_to;     /* [size, garbage_to) holds stale bytes */
+	uint64_t high;           /* the header's high-water mark */
 	struct rreq *waiters;    /* writes waiting for the size */
 	bool sizing;             /* a header update in flight */
 	uint64_t sizing_to;
 	bool closing;
-	pthread_mutex_t trim_lock; /* one trim at a time */
+	pthread_mutex_t trim_lock; /* one trim or mark change at a time */
 };
 
 static void obj_name(const struct rados_eng *re, uint64_t idx,
@@ -130,6 +140,34 @@ static int header_write(struct rados_eng *re, uint64_t size)
 	header_op(re, op, size, buf);
 	int r = R->write_op_operate(op, re->ioctx, re->prefix, NULL, 0);
 	R->release_write_op(op);
+	return r;
+}
+
+/* Store the high-water mark @high (trim_lock held). */
+static int high_write(struct rados_eng *re, uint64_t high)
+{
+	char buf[24];
+	int n = snprintf(buf, sizeof(buf), "%" PRIu64, high);
+	int r = R->setxattr(re->ioctx, re->prefix, RADOS_XATTR_HIGH, buf,
+			    (size_t)n);
+	if (!r) {
+		pthread_mutex_lock(&re->lock);
+		re->high = high;
+		pthread_mutex_unlock(&re->lock);
+	}
+	return r;
+}
+
+/* Before data reaching @end goes out: raise the mark over it. */
+static int high_raise(struct rados_eng *re, uint64_t end)
+{
+	pthread_mutex_lock(&re->trim_lock);
+	pthread_mutex_lock(&re->lock);
+	bool need = end > re->high;
+	pthread_mutex_unlock(&re->lock);
+	uint64_t to = end + (re->osize - end % re->osize) % re->osize;
+	int r = need ? high_write(re, MIN(to, FOLIO_MAX_POS)) : 0;
+	pthread_mutex_unlock(&re->trim_lock);
 	return r;
 }
 
@@ -500,7 +538,9 @@ static int trim(struct rados_eng *re, uint64_t from, uint64_t to)
 }
 
 /* Before anything grows the size over stale bytes a failed trim left,
- * trim them again. */
+ * trim them again. Once trimmed, the high-water mark comes down to the
+ * size (or to what writes submitted reach), so that the next open need
+ * not trim again; failing to lower it costs only that. */
 static int trim_garbage(struct rados_eng *re)
 {
 	pthread_mutex_lock(&re->trim_lock);
@@ -512,7 +552,11 @@ static int trim_garbage(struct rados_eng *re)
 		pthread_mutex_lock(&re->lock);
 		if (re->garbage_to == to)
 			re->garbage_to = 0;
+		uint64_t low = MAX(re->size, re->extent);
+		bool lower = !re->garbage_to && re->high > low;
 		pthread_mutex_unlock(&re->lock);
+		if (lower)
+			(void)high_write(re, low);
 	}
 	pthread_mutex_unlock(&re->trim_lock);
 	return r;
@@ -535,6 +579,11 @@ static int re_submit(void *ctx, struct folio_io *io)
 	if (closing)
 		return -ESHUTDOWN;
 	if (garbage && (r = trim_garbage(re)))
+		return r;
+	pthread_mutex_lock(&re->lock);
+	bool high = write && end > re->high;
+	pthread_mutex_unlock(&re->lock);
+	if (high && (r = high_raise(re, end)))
 		return r;
 
 	struct rreq *rq = calloc(1, sizeof(*rq));
@@ -706,6 +755,23 @@ static int re_open(struct rados_eng *re, const struct folio_rados_opts *o)
 		goto out_cluster;
 	}
 	re->extent = re->size;
+	/* Stale bytes a crash left between the size and the mark are
+	 * trimmed before anything can grow the size over them. An object
+	 * written before the mark existed has none to trust: its size
+	 * stands in. */
+	r = header_get(re, RADOS_XATTR_HIGH, &re->high);
+	if (r == -ENOENT || (!r && re->high < re->size)) {
+		re->high = re->size;
+		r = 0;
+	}
+	if (r) {
+		R->ioctx_destroy(re->ioctx);
+		goto out_cluster;
+	}
+	if (re->high > re->size) {
+		re->garbage_to = re->high;
+		(void)trim_garbage(re);
+	}
 	return 0;
 out_cluster:
 	if (re->own_cluster)

@@ -22,7 +22,8 @@
 	X(conf_read_file) X(conf_set) X(connect) X(create)                  \
 	X(create_read_op) X(create_write_op) X(getxattr) X(ioctx_create)    \
 	X(ioctx_destroy) X(read_op_read) X(release_read_op)                 \
-	X(release_write_op) X(shutdown) X(trunc) X(write_op_operate)        \
+	X(release_write_op) X(setxattr) X(shutdown) X(trunc)                \
+	X(write_op_operate)                                                 \
 	X(write_op_setxattr) X(write_op_write)
 
 struct rados_dl {
