@@ -122,8 +122,8 @@ struct folio_mem_fault {
 			   * and that count is the result (reads and writes
 			   * only; the other bytes are left untouched) */
 	/* Added later: callers whose @sz ends before it get 0. */
-	unsigned flags;   /* FOLIO_MEM_FAULT_* (only with FOLIO_MEM_OP_FLUSH
-			   * in @ops); 0: a failing flush changes nothing */
+	unsigned flags;   /* FOLIO_MEM_FAULT_*; 0: a failing flush changes
+			   * nothing, a failing write transfers nothing */
 };
 
 /*
@@ -134,6 +134,16 @@ struct folio_mem_fault {
  * the cache pending and a later successful flush makes it durable.
  */
 #define FOLIO_MEM_FAULT_LOSE 0x1u
+/*
+ * struct folio_mem_fault.flags: a write this rule fails with @error is
+ * performed in full first (the store holds its bytes, and its size grew),
+ * and only its completion reports @error: a remote store that applied
+ * the write and lost the reply (an NBD reply cut by a dropped connection,
+ * a RADOS op timing out after the OSD applied it). Only with @error and
+ * FOLIO_MEM_OP_WRITE in @ops (and neither FLUSH nor TRUNCATE, whose
+ * failures this flag does not describe).
+ */
+#define FOLIO_MEM_FAULT_APPLIED 0x2u
 
 /**
  * folio_engine_mem_inject() - add a fault rule (up to 64).
@@ -149,8 +159,9 @@ struct folio_mem_fault {
  * empty @ops or one with unknown bits, @error outside
  * -4095..0, both @error and @short_len set or neither (a rule that would do
  * nothing), a short transfer rule whose @ops includes FLUSH or TRUNCATE,
- * @pos + @len overflowing, unknown @flags bits, or @flags without
- * FOLIO_MEM_OP_FLUSH in @ops; -E2BIG for a larger @fault with non-zero
+ * @pos + @len overflowing, unknown @flags bits, FOLIO_MEM_FAULT_LOSE
+ * without FOLIO_MEM_OP_FLUSH in @ops, or FOLIO_MEM_FAULT_APPLIED without
+ * @error or with @ops other than FOLIO_MEM_OP_WRITE; -E2BIG for a larger @fault with non-zero
  * unknown bytes; -ENOSPC when 64 rules exist.
  */
 FOLIO_EXPORT int folio_engine_mem_inject(struct folio_engine *e,

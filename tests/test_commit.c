@@ -769,6 +769,92 @@ static void test_barrier_failure_after_write_keeps_store_size(void **state)
 }
 
 /*
+ * A write that reached the store and failed all the same (a remote store
+ * that applied it and lost the reply), past the store's known size; then
+ * a discard of that data lowers EOF. The store must not keep the bytes:
+ * they were thrown away, and would show once EOF grows again. Without the
+ * cut in the discard, the store stayed 12 KiB long with them in it.
+ */
+/* 4 KiB synced, then 4 KiB at 8 KiB whose write lands in the store and
+ * fails all the same (FOLIO_MEM_FAULT_APPLIED). */
+static struct folio_mapping *applied_failed_write(struct folio_engine **e)
+{
+	struct folio_mapping *m = mem_mapping(e, false, 64 * KIB, 0);
+	unsigned char data[4096];
+	pattern(data, sizeof(data), 11);
+	assert_int_equal(folio_mapping_write(m, data, sizeof(data), 0),
+			 sizeof(data));
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(folio_mapping_write(m, data, sizeof(data), 8192),
+			 sizeof(data));
+	struct folio_mem_fault f = {.sz = sizeof(f),
+				    .ops = FOLIO_MEM_OP_WRITE,
+				    .count = 1,
+				    .error = -EIO,
+				    .flags = FOLIO_MEM_FAULT_APPLIED};
+	assert_int_equal(folio_engine_mem_inject(*e, &f), 0);
+	assert_int_equal(folio_mapping_sync(m, NULL), -EIO);
+	assert_int_equal(test_mem_stats(*e).size, 12288); /* it landed */
+	return m;
+}
+
+static void test_discard_after_applied_failed_write(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	struct folio_mapping *m = applied_failed_write(&e);
+	unsigned char got[4096];
+	assert_int_equal(folio_mapping_invalidate(m, 8192, 0,
+						  FOLIO_INVALIDATE_DISCARD),
+			 0);
+	assert_int_equal(folio_mapping_size(m), 4096);
+	assert_int_equal(test_mem_stats(e).size, 4096);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(test_mem_stats(e).durable_size, 4096);
+	/* Grown again, the range reads as zeros, cached or not. */
+	assert_int_equal(folio_mapping_truncate(m, 12288), 0);
+	assert_int_equal(folio_mapping_invalidate(m, 0, 0, 0), 0);
+	memset(got, 0xee, sizeof(got));
+	assert_int_equal(folio_mapping_read(m, got, sizeof(got), 8192),
+			 sizeof(got));
+	for (size_t i = 0; i < sizeof(got); i++)
+		assert_int_equal(got[i], 0);
+	test_close(m, e);
+}
+
+/* The same when the cut fails: owed, the next flush redoes it and fails
+ * once; reads past the new EOF never see the landed bytes meanwhile. */
+static void test_discard_after_applied_failed_write_cut_fails(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	struct folio_mapping *m = applied_failed_write(&e);
+	unsigned char got[4096];
+	fail_next(e, FOLIO_MEM_OP_TRUNCATE, 0);
+	folio_errseq_t cur = folio_mapping_err_cursor(m);
+	assert_int_equal(folio_mapping_invalidate(m, 8192, 0,
+						  FOLIO_INVALIDATE_DISCARD),
+			 0);
+	assert_int_equal(folio_mapping_size(m), 4096);
+	assert_int_equal(test_mem_stats(e).size, 12288); /* not cut yet */
+	assert_int_equal(folio_mapping_truncate(m, 12288), 0);
+	memset(got, 0xee, sizeof(got));
+	assert_int_equal(folio_mapping_read(m, got, sizeof(got), 8192),
+			 sizeof(got));
+	for (size_t i = 0; i < sizeof(got); i++)
+		assert_int_equal(got[i], 0);
+	/* The cut's own error, then the redo's round. */
+	assert_int_equal(folio_mapping_sync(m, &cur), -EIO);
+	assert_int_equal(folio_mapping_sync(m, &cur), 0);
+	memset(got, 0xee, sizeof(got));
+	assert_int_equal(folio_engine_mem_peek_durable(e, got, sizeof(got),
+						       8192), 0);
+	for (size_t i = 0; i < sizeof(got); i++)
+		assert_int_equal(got[i], 0);
+	test_close(m, e);
+}
+
+/*
  * Truncates racing syncs of the same mapping. The resize bookkeeping
  * (pending, low mark, generation, owed redo) is written by truncate with
  * io_lock exclusive and by the flush role's holder without it, under
@@ -1253,6 +1339,9 @@ int main(void)
 		cmocka_unit_test(test_truncate_races_sync),
 		cmocka_unit_test(
 			test_barrier_failure_after_write_keeps_store_size),
+		cmocka_unit_test(test_discard_after_applied_failed_write),
+		cmocka_unit_test(
+			test_discard_after_applied_failed_write_cut_fails),
 		cmocka_unit_test(test_barrier_during_failing_flush),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -310,6 +310,44 @@ static void test_fault_read_error_leaves_buffer(void **state)
 	assert_int_equal(folio_engine_free(e), 0);
 }
 
+/* FOLIO_MEM_FAULT_APPLIED: the write lands in full (bytes and size) and
+ * its completion reports the error; only on write rules with an error. */
+static void test_fault_applied_write(void **state)
+{
+	struct folio_engine *e = mem_new(1 << 20);
+	char data[1024], buf[1024];
+	fill(data, sizeof(data), 12);
+	struct folio_mem_fault f = fault(FOLIO_MEM_OP_WRITE, 0, 1, -EPIPE, 0);
+	f.flags = FOLIO_MEM_FAULT_APPLIED;
+	assert_int_equal(folio_engine_mem_inject(e, &f), 0);
+	assert_int_equal(wr(e, 8192, data, sizeof(data)), -EPIPE);
+	assert_int_equal(stats(e).size, 8192 + sizeof(data));
+	memset(buf, 0, sizeof(buf));
+	assert_int_equal(rd(e, 8192, buf, sizeof(buf)), (long)sizeof(buf));
+	assert_memory_equal(buf, data, sizeof(data));
+	assert_int_equal(wr(e, 0, data, sizeof(data)), (long)sizeof(data));
+	memset(buf, 0, sizeof(buf));
+	assert_int_equal(rd(e, 0, buf, sizeof(buf)), (long)sizeof(buf));
+	assert_memory_equal(buf, data, sizeof(data));
+	/* Bad rules change nothing. */
+	uint64_t before = stats(e).faults;
+	f = fault(FOLIO_MEM_OP_WRITE, 0, 1, 0, 100);
+	f.flags = FOLIO_MEM_FAULT_APPLIED; /* a short write is not a failure */
+	assert_int_equal(folio_engine_mem_inject(e, &f), -EINVAL);
+	f = fault(FOLIO_MEM_OP_WRITE | FOLIO_MEM_OP_READ, 0, 1, -EIO, 0);
+	f.flags = FOLIO_MEM_FAULT_APPLIED;
+	assert_int_equal(folio_engine_mem_inject(e, &f), -EINVAL);
+	f = fault(FOLIO_MEM_OP_FLUSH, 0, 1, -EIO, 0);
+	f.flags = FOLIO_MEM_FAULT_APPLIED;
+	assert_int_equal(folio_engine_mem_inject(e, &f), -EINVAL);
+	f = fault(FOLIO_MEM_OP_WRITE, 0, 1, -EIO, 0);
+	f.flags = FOLIO_MEM_FAULT_LOSE;
+	assert_int_equal(folio_engine_mem_inject(e, &f), -EINVAL);
+	assert_int_equal(wr(e, 0, data, sizeof(data)), (long)sizeof(data));
+	assert_int_equal(stats(e).faults, before);
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
 static void test_fault_range(void **state)
 {
 	struct folio_engine *e = mem_new(1 << 20);
@@ -1865,6 +1903,7 @@ int main(void)
 		cmocka_unit_test(test_flush_counts),
 		cmocka_unit_test(test_fault_nth),
 		cmocka_unit_test(test_fault_read_error_leaves_buffer),
+		cmocka_unit_test(test_fault_applied_write),
 		cmocka_unit_test(test_fault_range),
 		cmocka_unit_test(test_fault_short),
 		cmocka_unit_test(test_fault_flush_truncate),

@@ -124,6 +124,18 @@ void mapping_resize_unstable(struct folio_mapping *m, uint64_t size)
 	pthread_mutex_unlock(&m->commit.lock);
 }
 
+void mapping_resize_owed(struct folio_mapping *m, uint64_t size)
+{
+	mapping_resize_unstable(m, size);
+	pthread_mutex_lock(&m->commit.lock);
+	m->commit.redo_owed = true;
+	pthread_mutex_unlock(&m->commit.lock);
+	/* io_lock held exclusively: no read is between its look at the
+	 * limit and its use of what it read. */
+	if (size < atomic_load(&m->size.stale_from))
+		atomic_store(&m->size.stale_from, size);
+}
+
 /* Whether a resize no successful flush has covered is pending, and the
  * smallest size it cut to. */
 static bool resize_is_pending(struct folio_mapping *m, uint64_t *low)
@@ -187,6 +199,8 @@ static int redo_resize_locked(struct folio_mapping *m)
 			if (!r)
 				atomic_store(&m->size.backing, eof);
 		}
+		if (!r)
+			atomic_store(&m->size.landed_maybe, 0);
 		/* io_lock held: no read is between its look at the limit
 		 * and its use of what it read. */
 		if (r && cut < atomic_load(&m->size.stale_from))

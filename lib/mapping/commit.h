@@ -14,6 +14,12 @@ void mapping_commit_destroy(struct folio_mapping *m);
  * a flush covers it. Caller holds io_lock exclusively. */
 void mapping_resize_unstable(struct folio_mapping *m, uint64_t size);
 
+/* The engine's truncate() to `size` failed where the store must be cut
+ * (it may hold bytes past `size` the mapping threw away): reads zero-fill
+ * from `size` on, and the next flush redoes the cut before it can
+ * succeed. Caller holds io_lock exclusively. */
+void mapping_resize_owed(struct folio_mapping *m, uint64_t size);
+
 /* Is a resize no flush has covered yet pending with a cut below `end`?
  * A failed flush then redoes it by cutting the store there (commit.c):
  * what was written above since must be in the cache to be rewritten,

@@ -341,14 +341,6 @@ static bool plan_overwrite(struct folio_mapping *m, uint64_t pos,
 	return true;
 }
 
-static void backing_raise(struct folio_mapping *m, uint64_t end)
-{
-	uint64_t cur = atomic_load(&m->size.backing);
-	while (cur < end &&
-	       !atomic_compare_exchange_weak(&m->size.backing, &cur, end))
-		;
-}
-
 /*
  * A direct write that did not complete superseded dirty data it never
  * wrote, which may have been what would have grown the store to EOF:
@@ -471,7 +463,7 @@ ssize_t folio_mapping_write_direct(struct folio_mapping *m, const void *buf,
 	if (!fast && out.stored_end) {
 		/* Bytes the store took grew it, also those of a write that
 		 * then failed (its barrier, or a flush in flight). */
-		backing_raise(m, out.stored_end);
+		mapping_size_raise(&m->size.backing, out.stored_end);
 		mapping_grow_eof(m, out.stored_end);
 	}
 	if (!fast && out.done < len)

@@ -87,6 +87,7 @@ int folio_mapping_new(struct folio_mapping **out,
 	atomic_init(&m->size.eof, opts->size);
 	atomic_init(&m->size.stale_from, UINT64_MAX);
 	atomic_init(&m->size.backing, opts->size);
+	atomic_init(&m->size.landed_maybe, 0);
 	atomic_init(&m->commit.flush_gen, 1);
 	m->commit.failures_seen = atomic_load(&opts->engine->flush_failures);
 	m->id = atomic_fetch_add(&next_mapping_id, 1);

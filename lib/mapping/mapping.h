@@ -114,6 +114,11 @@ struct folio_mapping {
 		 * set by truncate. Where an invalidated tail leaves EOF
 		 * (truncate.c). */
 		_Atomic uint64_t backing;
+		/* How far the store may reach past `backing`: a failed
+		 * write may have landed (a remote store that lost the
+		 * reply), so a discard lowering EOF below this cuts the
+		 * store (truncate.c). 0: the store's size is known. */
+		_Atomic uint64_t landed_maybe;
 	} size;
 
 	/* Membership of the cache: `member` is the cache's own state, under
@@ -241,6 +246,14 @@ static inline unsigned mapping_folio_order(const struct folio_mapping *m,
 static inline uint64_t mapping_eof(struct folio_mapping *m)
 {
 	return atomic_load_explicit(&m->size.eof, memory_order_acquire);
+}
+
+/* Raise one of the sizes to at least @end (completions race: a CAS). */
+static inline void mapping_size_raise(_Atomic uint64_t *size, uint64_t end)
+{
+	uint64_t cur = atomic_load(size);
+	while (cur < end && !atomic_compare_exchange_weak(size, &cur, end))
+		;
 }
 
 /* Where reads stop taking bytes from the store and zero-fill: EOF, or

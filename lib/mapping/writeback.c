@@ -52,14 +52,6 @@ static void redirty(struct folio_mapping *m, struct folio *f, size_t off,
 	mapping_cache_account(m, mapping_block_bytes(f, newly), 0, 0);
 }
 
-static void backing_size_grow(struct folio_mapping *m, uint64_t end)
-{
-	uint64_t cur = atomic_load(&m->size.backing);
-	while (cur < end &&
-	       !atomic_compare_exchange_weak(&m->size.backing, &cur, end))
-		;
-}
-
 static void wb_end_io(struct engine_io *rq, ssize_t result)
 {
 	struct mapping_io *io = container_of(rq, struct mapping_io, base);
@@ -104,7 +96,10 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 		atomic_fetch_add(&m->wb.rewrites, 1);
 	}
 	if (good)
-		backing_size_grow(m, io->base.io.pos + good);
+		mapping_size_raise(&m->size.backing, io->base.io.pos + good);
+	else if (err)
+		mapping_size_raise(&m->size.landed_maybe,
+				   io->base.io.pos + len);
 	if (err) {
 		errseq_record(m, err);
 	} else if (good < len) {

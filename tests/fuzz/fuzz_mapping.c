@@ -1344,6 +1344,10 @@ static void op_inject(struct world *w, struct input *in)
 		f.short_len = 1 + u16(in) % (2 * w->bs);
 	else
 		f.error = errs[e & 7];
+	/* A write that lands and fails all the same (a remote store that
+	 * applied it and lost the reply). */
+	if (f.ops == FOLIO_MEM_OP_WRITE && f.error && (e & 0x10))
+		f.flags = FOLIO_MEM_FAULT_APPLIED;
 	if (io && (c & 8)) {
 		f.pos = gen_pos(w, in);
 		f.len = gen_len(w, in);
@@ -1359,10 +1363,10 @@ static void op_inject(struct world *w, struct input *in)
 	if (!r && (f.ops & FOLIO_MEM_OP_TRUNCATE))
 		w->truncate_faults = true;
 	TRACE("  inject(ops %#x [%llu, +%llu) skip %llu count %llu err %d "
-	      "short %zu) = %d\n",
+	      "short %zu flags %#x) = %d\n",
 	      f.ops, (unsigned long long)f.pos, (unsigned long long)f.len,
 	      (unsigned long long)f.skip, (unsigned long long)f.count, f.error,
-	      f.short_len, r);
+	      f.short_len, f.flags, r);
 	CHECK(w, r == 0 || r == -ENOSPC, "inject returned %d", r);
 	if (r)
 		return;

@@ -59,8 +59,12 @@ int folio_engine_mem_inject(struct folio_engine *e,
 	    (!fault->error &&
 	     (fault->ops & (FOLIO_MEM_OP_FLUSH | FOLIO_MEM_OP_TRUNCATE))) ||
 	    fault->len > UINT64_MAX - fault->pos ||
-	    (fault->flags & ~(unsigned)FOLIO_MEM_FAULT_LOSE) ||
-	    (fault->flags && !(fault->ops & FOLIO_MEM_OP_FLUSH)))
+	    (fault->flags & ~(unsigned)(FOLIO_MEM_FAULT_LOSE |
+					 FOLIO_MEM_FAULT_APPLIED)) ||
+	    ((fault->flags & FOLIO_MEM_FAULT_LOSE) &&
+	     !(fault->ops & FOLIO_MEM_OP_FLUSH)) ||
+	    ((fault->flags & FOLIO_MEM_FAULT_APPLIED) &&
+	     (!fault->error || fault->ops != FOLIO_MEM_OP_WRITE)))
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
 	int ret = 0;

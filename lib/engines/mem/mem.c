@@ -44,9 +44,12 @@ static int mem_map(void *arg, uint64_t pos, uint64_t len,
 	return ret;
 }
 
-/* Decide the fate of an accepted request. */
-static ssize_t mem_plan_locked(struct mem_ctx *c, const struct folio_io *io)
+/* Decide the fate of an accepted request; *applied_error: a write to
+ * perform in full and then fail with it (FOLIO_MEM_FAULT_APPLIED). */
+static ssize_t mem_plan_locked(struct mem_ctx *c, const struct folio_io *io,
+			       int *applied_error)
 {
+	*applied_error = 0;
 	if (io->op == FOLIO_IO_READ)
 		c->st.read_requests++;
 	else
@@ -64,6 +67,10 @@ static ssize_t mem_plan_locked(struct mem_ctx *c, const struct folio_io *io)
 		mem_fault_check_locked(c, 1u << io->op, io);
 	if (!f)
 		return (ssize_t)io->len;
+	if (f->flags & FOLIO_MEM_FAULT_APPLIED) {
+		*applied_error = f->error;
+		return (ssize_t)io->len;
+	}
 	if (f->error)
 		return f->error;
 	return (ssize_t)MIN(f->short_len, io->len);
@@ -94,6 +101,12 @@ void mem_perform_locked(struct mem_ctx *c, struct mem_held *h)
 {
 	struct folio_io *io = h->io;
 	h->plan = mem_transfer(c, io, h->plan, h->power_gen);
+	if (h->applied_error && h->plan == (ssize_t)io->len) {
+		/* The store has it all; the caller hears of a failure. */
+		h->plan = h->applied_error;
+		h->barrier = 0;
+		return;
+	}
 	/* Durable: the barrier follows the write at once, as a linked
 	 * fsync would, and is judged like flush() (fault rules on
 	 * FOLIO_MEM_OP_FLUSH, power). Only a full write is synced. */
@@ -176,18 +189,20 @@ static int mem_submit(void *arg, struct folio_io *io)
 		pthread_mutex_unlock(&c->lock);
 		return -ENOMEM;
 	}
-	ssize_t plan = mem_plan_locked(c, io);
+	int applied_error;
+	ssize_t plan = mem_plan_locked(c, io, &applied_error);
 	c->inflight++;
 	c->inflight_writes += io->op == FOLIO_IO_WRITE;
 	if (c->mode != FOLIO_MEM_SYNC) {
 		c->held[c->nheld++] =
-			(struct mem_held){io, plan, c->power_gen, 0};
+			(struct mem_held){io, plan, c->power_gen, 0,
+					  applied_error};
 		if (c->mode == FOLIO_MEM_THREAD)
 			pthread_cond_signal(&c->work_cv);
 		pthread_mutex_unlock(&c->lock);
 		return 0;
 	}
-	struct mem_held h = {io, plan, c->power_gen, 0};
+	struct mem_held h = {io, plan, c->power_gen, 0, applied_error};
 	mem_perform_locked(c, &h);
 	c->completing++;
 	pthread_mutex_unlock(&c->lock);

@@ -58,6 +58,8 @@ struct mem_held {
 			     * then means the request never lands */
 	int barrier;    /* set by mem_perform_locked(): a durable write's
 			 * failed barrier after its full transfer */
+	int applied_error; /* FOLIO_MEM_FAULT_APPLIED: transfer in full,
+			    * then complete with this error */
 };
 
 /* One entry of the volatile log: a completed write (data follows) or a
