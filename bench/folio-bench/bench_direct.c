@@ -32,6 +32,7 @@ static struct bench_list counts; /* empty: 1, 2, 4, 8 */
 static uint64_t rounds = 3;
 static uint64_t nfiles = 32;
 static uint64_t map_cost_us = 3;
+static bool calibrate;
 
 static struct bench_xopt xopts[] = {
 	{.name = "threads", .type = BENCH_X_COUNTS, .var = &counts,
@@ -43,6 +44,11 @@ static struct bench_xopt xopts[] = {
 	{.name = "map-cost-us", .type = BENCH_X_UINT, .var = &map_cost_us,
 	 .metavar = "US",
 	 .help = "CPU time one map() call spins (default 3)"},
+	{.name = "calibrate-map", .type = BENCH_X_FLAG, .var = &calibrate,
+	 .help = "measure what a map() that allocates costs the kernel "
+		 "(O_DIRECT 4 KiB writes into unwritten extents vs into "
+		 "written ones, on --dir's file system) and use it as "
+		 "--map-cost-us"},
 	{0},
 };
 
@@ -335,6 +341,79 @@ static void close_files(struct file *files)
 	}
 }
 
+/*
+ * What a map() that allocates costs the kernel: 4 KiB O_DIRECT writes,
+ * one thread, into a fallocate()d file (unwritten extents: each write
+ * looks up its extent, starts a journal handle and converts the block)
+ * against the same writes into a written file (an overwrite: none of
+ * that), interleaved over `rounds`, each block of the unwritten file
+ * written once. Microseconds per write, medians; the difference is the
+ * allocation path --map-cost-us stands for.
+ */
+#define CAL_BLOCKS 4096u /* 16 MiB per file */
+
+static double cal_pass(int fd, uint64_t seed, unsigned char *buf)
+{
+	uint64_t t0 = bench_now_ns();
+	/* A stride coprime to CAL_BLOCKS visits every block once. */
+	uint64_t at = seed % CAL_BLOCKS, stride = 2 * (seed % 977) + 1;
+	for (unsigned i = 0; i < CAL_BLOCKS; i++) {
+		at = (at + stride) % CAL_BLOCKS;
+		if (pwrite(fd, buf, 4096, (off_t)(at * 4096)) != 4096)
+			return -1;
+	}
+	return (double)(bench_now_ns() - t0) / 1e3 / CAL_BLOCKS;
+}
+
+static int calibrate_map(struct bench_ctx *c, double *unwritten,
+			 double *written)
+{
+	double u[100], w[100];
+	unsigned char *buf = aligned_alloc(4096, 4096);
+	if (!buf)
+		return -ENOMEM;
+	memset(buf, 0x5c, 4096);
+	int err = 0;
+	for (unsigned r = 0; r < rounds && !err; r++) {
+		for (int k = 0; k < 2 && !err; k++) {
+			bool alloc = (k + (int)r) % 2 == 0;
+			int fd = bench_tmpfile(c->o.dir);
+			if (fd < 0)
+				err = -EIO;
+			int dfd = -1;
+			if (!err)
+				err = alloc ? (fallocate(fd, 0, 0, CAL_BLOCKS *
+								  4096ull)
+						       ? -errno : 0)
+					    : bench_prefill(fd, CAL_BLOCKS *
+								    4096ull);
+			if (!err && alloc)
+				err = fsync(fd) ? -errno : 0;
+			if (!err) {
+				dfd = bench_reopen(fd, O_RDWR | O_DIRECT);
+				err = dfd < 0 ? dfd : 0;
+			}
+			double us = err ? -1 : cal_pass(dfd, r + 1, buf);
+			if (!err && us < 0)
+				err = -EIO;
+			(alloc ? u : w)[r] = us;
+			if (dfd >= 0)
+				close(dfd);
+			if (fd >= 0)
+				close(fd);
+		}
+	}
+	free(buf);
+	if (err) {
+		fprintf(stderr, "folio-bench direct: --calibrate-map in %s: "
+				"%s\n", c->o.dir, strerror(-err));
+		return err;
+	}
+	*unwritten = bench_median(u, rounds);
+	*written = bench_median(w, rounds);
+	return 0;
+}
+
 static int run(struct bench_ctx *c)
 {
 	struct bench_list list = counts;
@@ -356,6 +435,12 @@ static int run(struct bench_ctx *c)
 			fprintf(stderr, "folio-bench direct: 1..256 threads\n");
 			return 2;
 		}
+	double cal_u = 0, cal_w = 0;
+	if (calibrate && calibrate_map(c, &cal_u, &cal_w))
+		return 1;
+	if (calibrate)
+		map_cost_us = cal_u > cal_w ? (uint64_t)(cal_u - cal_w + 0.5)
+					    : 0;
 	char s1[32];
 	bench_title(c, "4 KiB random O_DIRECT overwrites, %llu files of %s, "
 		       "a mapping each; map() costs %llu us",
@@ -396,6 +481,17 @@ static int run(struct bench_ctx *c)
 	bench_param_num(c, "rounds", (double)rounds);
 	bench_param_num(c, "files", (double)nfiles);
 	bench_param_num(c, "map_cost_us", (double)map_cost_us);
+	if (calibrate) {
+		bench_param_num(c, "cal_unwritten_write_us", cal_u);
+		bench_param_num(c, "cal_written_write_us", cal_w);
+		bench_param_num(c, "cal_alloc_path_us", cal_u - cal_w);
+		bench_note(c, "map() cost basis: a kernel O_DIRECT 4 KiB write "
+			      "into unwritten extents %.1f us, into written "
+			      "ones %.1f us: the allocation path costs %.1f us, "
+			      "so map() spins %llu us",
+			   cal_u, cal_w, cal_u - cal_w,
+			   (unsigned long long)map_cost_us);
+	}
 	/* One JSON variant per (variant, mix), keys per thread count: the
 	 * table holds at most BENCH_MAX_VARIANTS. */
 	double med[2][BENCH_LIST_MAX][V_N];
