@@ -227,7 +227,8 @@ static int open_file(struct bench_ctx *c, struct vfile *f, int fd,
 	const struct bench_opts *o = &c->o;
 	/* A second open file description of the same file, so O_DIRECT
 	 * applies to the library's engine only. */
-	if (direct && o->engine != BENCH_ENGINE_MEM) {
+	if (direct && o->engine != BENCH_ENGINE_MEM &&
+	    !bench_engine_remote(o->engine)) {
 		f->dfd = bench_reopen(fd, O_RDWR | O_DIRECT);
 		if (f->dfd < 0)
 			return f->dfd;
@@ -428,7 +429,10 @@ static int run_layout(struct bench_ctx *c, const struct layout *l,
 		return 1;
 	int err = 0;
 	unsigned opened = 0;
-	while (!err && opened < n) {
+	for (unsigned i = 0; i < n; i++)
+		fds[i] = -1;
+	/* A remote engine keeps its data elsewhere: no file. */
+	while (!err && opened < n && !bench_engine_remote(o->engine)) {
 		int fd = bench_tmpfile(o->dir);
 		if (fd < 0) {
 			err = -EIO;
@@ -531,6 +535,19 @@ static int run(struct bench_ctx *c)
 				      "I/O");
 		kernel = false;
 	}
+	bool remote = bench_engine_remote(o->engine);
+	if (remote) {
+		if (kernel)
+			bench_note(c, "%s engine: a remote store, no file to "
+				      "pwrite: kernel page cache variant "
+				      "skipped",
+				   bench_engine_name(o->engine));
+		if (direct)
+			bench_note(c, "%s engine: --direct has no file to "
+				      "apply to",
+				   bench_engine_name(o->engine));
+		kernel = false;
+	}
 	bool files_given = xopt_given(&nfiles);
 	bool layout_given = xopt_given(&layout);
 	if (files_given && layout_given) {
@@ -557,6 +574,21 @@ static int run(struct bench_ctx *c)
 		if (o->jobs > 1 && want_shared)
 			bench_note(c, "device model: the shared layout only "
 				      "(one modelled device)");
+		want_own = false;
+		want_shared = true;
+	}
+	/* One export is one store: every job on it is the shared layout. */
+	if (o->engine == BENCH_ENGINE_NBD && want_own) {
+		if ((layout_given && !want_shared) ||
+		    (files_given && nfiles != 1)) {
+			fprintf(stderr, "folio-bench randwrite-sync: --engine "
+					"nbd serves one export: --layout "
+					"shared only\n");
+			return 2;
+		}
+		if (o->jobs > 1 && !files_given)
+			bench_note(c, "nbd engine: one export, so the shared "
+				      "layout only");
 		want_own = false;
 		want_shared = true;
 	}
@@ -602,10 +634,12 @@ static int run(struct bench_ctx *c)
 		    bench_fmt_size(s3, sizeof(s3), o->folio_size),
 		    bench_fmt_size(s4, sizeof(s4), o->block_size),
 		    bench_engine_name(o->engine),
-		    direct && o->engine != BENCH_ENGINE_MEM ? " (O_DIRECT)"
-							    : "");
+		    direct && o->engine != BENCH_ENGINE_MEM && !remote
+			    ? " (O_DIRECT)"
+			    : "");
 	bench_param_num(c, "kernel", kernel);
-	bench_param_num(c, "direct", direct && o->engine != BENCH_ENGINE_MEM);
+	bench_param_num(c, "direct",
+			direct && o->engine != BENCH_ENGINE_MEM && !remote);
 	if (nlay == 1) {
 		bench_param_num(c, "files", lays[0].n);
 		bench_param_str(c, "layout", lays[0].label);
@@ -645,6 +679,9 @@ static struct bench_cmd cmd = {
 	"folio/block for whole-folio tracking). With --device-model the kernel\n"
 	"variant is charged one --bs request and one flush per write+fdatasync.\n"
 	"With --engine mem the kernel variant is skipped (no real I/O to compare).\n"
+	"With --engine nbd --uri URI (one export: the shared layout) or --engine\n"
+	"rados (an object per file) the library writes to that remote store\n"
+	"and the kernel variant is skipped: there is no file to pwrite.\n"
 	"With --engine uring (and no --device-model) a plain io_uring loop runs\n"
 	"too: one ring per thread, each write with a linked fdatasync in one\n"
 	"submit-and-wait, what an io_uring program does without a cache.",
@@ -653,7 +690,7 @@ static struct bench_cmd cmd = {
 		     .block_size = 4 * KIB, .engine = BENCH_ENGINE_POSIX},
 	.uses = BOPT_SIZE | BOPT_BS | BOPT_JOBS | BOPT_RUNTIME |
 		BOPT_FOLIO_SIZE | BOPT_BLOCK_SIZE | BOPT_ENGINE |
-		BOPT_TRACKING | BOPT_DIR | BOPT_DEVMODEL,
+		BOPT_TRACKING | BOPT_DIR | BOPT_DEVMODEL | BOPT_URI,
 	.xopts = xopts,
 	.quick_size = 64 * MIB,
 	.quick_runtime = 3,
