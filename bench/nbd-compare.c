@@ -37,6 +37,8 @@
 #include "folio_state.h"
 #include "folio_state_nbd.h"
 
+#include "compare.h"
+
 #define BS 4096u
 #define MAXJ 8
 
@@ -44,25 +46,9 @@ static const char *lib_uri, *cache_uri;
 static double secs = 2.0;
 static int rounds = 3;
 
-static double now_s(void)
+static __attribute__((noreturn)) void die(const char *what, int err)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static uint64_t rnd(uint64_t *s)
-{
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return *s;
-}
-
-static void die(const char *what, int err)
-{
-	fprintf(stderr, "nbd-compare: %s: %s\n", what, strerror(err < 0 ? -err : err));
-	exit(1);
+	compare_die("nbd-compare", what, err);
 }
 
 static struct nbd_handle *raw_open(const char *uri)
@@ -143,7 +129,7 @@ static void *wjob_main(void *arg)
 	uint64_t seed = 0x9e3779b97f4a7c15ull * (j->idx + 1);
 	folio_errseq_t cur = j->m ? folio_mapping_err_cursor(j->m) : 0;
 	while (!atomic_load(j->stop)) {
-		uint64_t off = j->base + (rnd(&seed) % (j->span / BS)) * BS;
+		uint64_t off = j->base + (compare_rand(&seed) % (j->span / BS)) * BS;
 		buf[0]++;
 		if (j->m) {
 			if (folio_mapping_write(j->m, buf, BS, off) != BS ||
@@ -181,7 +167,7 @@ static double randwrite(int variant, unsigned J, double *wa)
 			j[i].h = raw_open(uri);
 		}
 	}
-	double t0 = now_s();
+	double t0 = compare_now();
 	for (unsigned i = 0; i < J; i++)
 		pthread_create(&th[i], NULL, wjob_main, &j[i]);
 	struct timespec ts = {(time_t)secs, (long)((secs - (long)secs) * 1e9)};
@@ -190,7 +176,7 @@ static double randwrite(int variant, unsigned J, double *wa)
 	uint64_t ops = 0, sent = 0;
 	for (unsigned i = 0; i < J; i++)
 		pthread_join(th[i], NULL);
-	double dt = now_s() - t0;
+	double dt = compare_now() - t0;
 	for (unsigned i = 0; i < J; i++) {
 		if (j[i].err)
 			die("randwrite", j[i].err);
@@ -227,7 +213,7 @@ static double seqread(int variant, uint64_t base, uint64_t len, size_t call,
 		h = raw_open(uri);
 	}
 	uint64_t c0 = e ? sent_commands(e) : 0;
-	double t0 = now_s();
+	double t0 = compare_now();
 	uint64_t done = 0;
 	for (uint64_t off = base; off + call <= base + len; off += call) {
 		if (m) {
@@ -237,10 +223,10 @@ static double seqread(int variant, uint64_t base, uint64_t len, size_t call,
 			die("seqread", EIO);
 		}
 		done += call;
-		if (now_s() - t0 > secs * 2)
+		if (compare_now() - t0 > secs * 2)
 			break;
 	}
-	double dt = now_s() - t0;
+	double dt = compare_now() - t0;
 	if (e) {
 		*per_mib = (double)(sent_commands(e) - c0) /
 			   ((double)done / (1 << 20));
@@ -275,10 +261,10 @@ static double randread_hot(int variant, uint64_t base)
 			die("randread warm-up", EIO);
 	free(big);
 	uint64_t seed = 12345, ops = 0;
-	double t0 = now_s(), dt;
-	while ((dt = now_s() - t0) < secs) {
+	double t0 = compare_now(), dt;
+	while ((dt = compare_now() - t0) < secs) {
 		for (int k = 0; k < 64; k++, ops++) {
-			uint64_t off = base + (rnd(&seed) % (region / BS)) * BS;
+			uint64_t off = base + (compare_rand(&seed) % (region / BS)) * BS;
 			if (m ? folio_mapping_read(m, buf, BS, off) != BS :
 				nbd_pread(h, buf, BS, off, 0) == -1)
 				die("randread", EIO);
@@ -314,9 +300,9 @@ static double sync_10k(int variant, uint64_t *offs, unsigned n)
 		for (unsigned i = 0; i < n; i++)
 			if (folio_mapping_write(m, buf, BS, offs[i]) != BS)
 				die("sync-10k write", EIO);
-		double t0 = now_s();
+		double t0 = compare_now();
 		int r = folio_mapping_sync(m, NULL);
-		double dt = now_s() - t0;
+		double dt = compare_now() - t0;
 		if (r)
 			die("sync-10k", r);
 		folio_mapping_free(m);
@@ -324,7 +310,7 @@ static double sync_10k(int variant, uint64_t *offs, unsigned n)
 		return dt;
 	}
 	struct nbd_handle *h = raw_open(lib_uri);
-	double t0 = now_s();
+	double t0 = compare_now();
 	atomic_int done = 0;
 	unsigned sent = 0;
 	while (atomic_load(&done) < (int)n) {
@@ -342,21 +328,9 @@ static double sync_10k(int variant, uint64_t *offs, unsigned n)
 	}
 	if (nbd_flush(h, 0) == -1)
 		die("flush", EIO);
-	double dt = now_s() - t0;
+	double dt = compare_now() - t0;
 	nbd_close(h);
 	return dt;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(double), cmp_d);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 int main(int argc, char **argv)
@@ -391,8 +365,8 @@ int main(int argc, char **argv)
 	/* Scattered: one block in each of 10^4 distinct 64 KiB folios. */
 	uint64_t folios = size / (64 << 10), seed = 777;
 	for (unsigned i = 0; i < NSYNC; i++)
-		offs[i] = ((i * (folios / NSYNC)) + rnd(&seed) % (folios / NSYNC)) *
-			  (64 << 10) + (rnd(&seed) % 16) * BS;
+		offs[i] = ((i * (folios / NSYNC)) + compare_rand(&seed) % (folios / NSYNC)) *
+			  (64 << 10) + (compare_rand(&seed) % 16) * BS;
 	uint64_t region = 48u << 20;
 	for (int r = 0; r < rounds; r++) {
 		fprintf(stderr, "round %d/%d\n", r + 1, rounds);
@@ -401,7 +375,7 @@ int main(int argc, char **argv)
 		 * variant always follows the same one. */
 		for (int jj = 0; jj < 2; jj++)
 			for (int k = 0; k < 3; k++) {
-				int v = (k + r) % 3;
+				int v = compare_turn(k, r, 3);
 				double x = 0;
 				w[jj][v][r] = randwrite(v, jobs[jj], &x);
 				if (v == 0)
@@ -424,9 +398,15 @@ int main(int argc, char **argv)
 			sr[0][2][r] = seqread(1, base + 0 * region, region,
 					      2 << 20, &pm);
 		for (int k = 0; k < 3; k++)
-			hot[(k + r) % 3][r] = randread_hot((k + r) % 3, 0);
+			{
+				int v = compare_turn(k, r, 3);
+				hot[v][r] = randread_hot(v, 0);
+			}
 		for (int k = 0; k < 2; k++)
-			s10[(k + r) % 2][r] = sync_10k((k + r) % 2, offs, NSYNC);
+			{
+				int v = compare_turn(k, r, 2);
+				s10[v][r] = sync_10k(v, offs, NSYNC);
+			}
 	}
 	printf("# NBD comparison: delay filter 1 ms per read/write, %d "
 	       "interleaved rounds of %.1f s, medians (shared machine)\n",
@@ -434,29 +414,29 @@ int main(int argc, char **argv)
 	printf("%-28s %12s %12s %12s %10s %10s\n", "workload", vname[0],
 	       vname[1], vname[2], "lib/raw", "lib/cache");
 	for (int jj = 0; jj < 2; jj++) {
-		double a = median(w[jj][0], rounds), b = median(w[jj][1], rounds),
-		       c = median(w[jj][2], rounds);
+		double a = compare_median(w[jj][0], rounds), b = compare_median(w[jj][1], rounds),
+		       c = compare_median(w[jj][2], rounds);
 		printf("randwrite-sync %d job%s ops/s %9.0f %12.0f %12.0f %10.2f "
 		       "%10.2f\n", jj ? 8 : 1, jj ? "s" : " ", a, b, c, a / b,
 		       a / c);
 	}
 	printf("write amplification (lib)    %.3f (1 job), %.3f (8 jobs)\n",
-	       median(wa[0], rounds), median(wa[1], rounds));
-	double stream = median(sr[0][2], rounds);
+	       compare_median(wa[0], rounds), compare_median(wa[1], rounds));
+	double stream = compare_median(sr[0][2], rounds);
 	for (int cc = 0; cc < 2; cc++) {
-		double a = median(sr[cc][0], rounds), c = median(sr[cc][1], rounds);
+		double a = compare_median(sr[cc][0], rounds), c = compare_median(sr[cc][1], rounds);
 		printf("seqread cold %-6s MB/s %9.1f %12s %12.1f %10s %10.2f\n",
 		       cc ? "128KiB" : "4KiB", a, "-", c, "-", a / c);
 	}
 	printf("raw 2 MiB reads (streaming)  %.1f MB/s; library 4 KiB cold "
 	       "= %.2f of it, %.2f NBD commands/MiB (128 KiB calls: %.2f)\n",
-	       stream, median(sr[0][0], rounds) / stream,
-	       median(spm[0], rounds), median(spm[1], rounds));
-	double h0 = median(hot[0], rounds), h1 = median(hot[1], rounds),
-	       h2 = median(hot[2], rounds);
+	       stream, compare_median(sr[0][0], rounds) / stream,
+	       compare_median(spm[0], rounds), compare_median(spm[1], rounds));
+	double h0 = compare_median(hot[0], rounds), h1 = compare_median(hot[1], rounds),
+	       h2 = compare_median(hot[2], rounds);
 	printf("randread hot 4KiB ops/s %12.0f %12.0f %12.0f %10.1f %10.1f\n",
 	       h0, h1, h2, h0 / h1, h0 / h2);
-	double t0 = median(s10[0], rounds), t1 = median(s10[1], rounds);
+	double t0 = compare_median(s10[0], rounds), t1 = compare_median(s10[1], rounds);
 	printf("sync 10^4 scattered blocks s %9.3f %12.3f %12s %10.2f "
 	       "(raw time / lib time)\n", t0, t1, "-", t1 / t0);
 	free(offs);

@@ -36,6 +36,8 @@
 #include "folio_state.h"
 #include "folio_state_rados.h"
 
+#include "compare.h"
+
 #define REGION (UINT64_C(64) << 20)
 #define BS 4096u
 #define SEQ_CALL (128u << 10)
@@ -47,25 +49,9 @@ static rados_ioctx_t io_plain, io_cache, io_nocache;
 static const char *pool;
 static double seconds = 2;
 
-static double now(void)
+static __attribute__((noreturn)) void die(const char *what, int r)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static uint64_t rnd(uint64_t *s)
-{
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return *s;
-}
-
-static void die(const char *what, int r)
-{
-	fprintf(stderr, "rados-compare: %s: %s\n", what, strerror(-r));
-	exit(1);
+	compare_die("rados-compare", what, r);
 }
 
 static void cl_connect(rados_t *cl, rados_ioctx_t *io, const char *conf,
@@ -269,24 +255,24 @@ static double run_randwrite(struct target *t, uint64_t seed)
 {
 	char buf[BS];
 	memset(buf, (int)seed, sizeof(buf));
-	double t0 = now(), t1;
+	double t0 = compare_now(), t1;
 	uint64_t n = 0;
 	do {
 		for (int i = 0; i < 16; i++, n++)
-			twrite(t, buf, (rnd(&seed) % (REGION / BS)) * BS, true);
-	} while ((t1 = now()) - t0 < seconds);
+			twrite(t, buf, (compare_rand(&seed) % (REGION / BS)) * BS, true);
+	} while ((t1 = compare_now()) - t0 < seconds);
 	return (double)n / (t1 - t0);
 }
 
 static double run_randread(struct target *t, uint64_t seed)
 {
 	char buf[BS];
-	double t0 = now(), t1;
+	double t0 = compare_now(), t1;
 	uint64_t n = 0;
 	do {
 		for (int i = 0; i < 64; i++, n++)
-			tread(t, buf, (rnd(&seed) % (REGION / BS)) * BS, BS);
-	} while ((t1 = now()) - t0 < seconds);
+			tread(t, buf, (compare_rand(&seed) % (REGION / BS)) * BS, BS);
+	} while ((t1 = compare_now()) - t0 < seconds);
 	return (double)n / (t1 - t0);
 }
 
@@ -294,10 +280,10 @@ static double run_randread(struct target *t, uint64_t seed)
 static double run_seqread(struct target *t)
 {
 	char *buf = malloc(SEQ_CALL);
-	double t0 = now();
+	double t0 = compare_now();
 	for (uint64_t at = 0; at < REGION; at += SEQ_CALL)
 		tread(t, buf, at, SEQ_CALL);
-	double s = now() - t0;
+	double s = compare_now() - t0;
 	free(buf);
 	return (double)REGION / (1 << 20) / s;
 }
@@ -314,10 +300,10 @@ static void *writer_fn(void *arg)
 	struct writer *w = arg;
 	char buf[BS];
 	memset(buf, (int)w->seed, sizeof(buf));
-	while (now() < w->stop)
+	while (compare_now() < w->stop)
 		for (int i = 0; i < 8; i++, w->n++)
 			twrite(w->t, buf,
-			       (rnd(&w->seed) % (REGION / BS)) * BS, true);
+			       (compare_rand(&w->seed) % (REGION / BS)) * BS, true);
 	return NULL;
 }
 
@@ -325,7 +311,7 @@ static double run_writers(struct target *ts, uint64_t seed)
 {
 	pthread_t th[WRITERS];
 	struct writer w[WRITERS];
-	double t0 = now();
+	double t0 = compare_now();
 	for (int i = 0; i < WRITERS; i++) {
 		w[i] = (struct writer){&ts[i], seed * 31 + (uint64_t)i + 1,
 				       t0 + seconds, 0};
@@ -336,29 +322,19 @@ static double run_writers(struct target *ts, uint64_t seed)
 		pthread_join(th[i], NULL);
 		n += w[i].n;
 	}
-	return (double)n / (now() - t0);
+	return (double)n / (compare_now() - t0);
 }
 
 /* ---- rounds ----------------------------------------------------------- */
-
-static int cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
 
 struct series {
 	double v[MAXR];
 	int n;
 };
 
-static double median(struct series *s)
+static double median(const struct series *s)
 {
-	double tmp[MAXR];
-	memcpy(tmp, s->v, sizeof(double) * (size_t)s->n);
-	qsort(tmp, (size_t)s->n, sizeof(double), cmp);
-	return s->n % 2 ? tmp[s->n / 2]
-			: (tmp[s->n / 2 - 1] + tmp[s->n / 2]) / 2;
+	return compare_median(s->v, s->n);
 }
 
 static void report(const char *wl, const char *unit, enum kind k,
@@ -423,17 +399,17 @@ int main(int argc, char **argv)
 		/* Each round starts with another contender, so none always
 		 * follows the same one. */
 		for (int j = 0; j < NKIND; j++) {
-			int k = (j + r) % NKIND;
+			int k = compare_turn(j, r, NKIND);
 			s_rw[k].v[s_rw[k].n++] =
 				run_randwrite(&tg[k], (uint64_t)r * 7 + 1);
 		}
 		for (int j = 0; j < RAW; j++) {
-			int k = (j + r) % RAW;
+			int k = compare_turn(j, r, RAW);
 			s_rr[k].v[s_rr[k].n++] =
 				run_randread(&tg[k], (uint64_t)r * 7 + 3);
 		}
 		for (int j = 0; j < RAW; j++) {
-			int k = (j + r) % RAW;
+			int k = compare_turn(j, r, RAW);
 			struct target cold;
 			char name[64];
 			snprintf(name, sizeof(name), "%s.main.%d", tag, k);
@@ -442,7 +418,7 @@ int main(int argc, char **argv)
 			target_close(&cold);
 		}
 		for (int j = 0; j < NKIND; j++) {
-			int k = (j + r) % NKIND;
+			int k = compare_turn(j, r, NKIND);
 			if (k != RBD_NOCACHE)
 				s_w8[k].v[s_w8[k].n++] =
 					run_writers(wt[k], (uint64_t)r + 5);

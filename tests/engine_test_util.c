@@ -146,6 +146,22 @@ void wait_all(struct folio_engine *e, struct tio *t, int n)
 			eng_progress_bounded(e, &polls);
 }
 
+void tio_read_back(struct folio_engine *e, struct tio *t, int n, size_t bs,
+		   const void *in, void *out, bool backwards)
+{
+	memset(out, 0, (size_t)n * bs);
+	for (int i = 0; i < n; i++) {
+		int k = backwards ? n - 1 - i : i;
+		tio_prep(&t[i], FOLIO_IO_READ, (uint64_t)k * bs,
+			 (char *)out + (size_t)k * bs, bs, 1 + i % 2, 0);
+		assert_int_equal(eng_submit(e, &t[i]), 0);
+	}
+	wait_all(e, t, n);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(atomic_load(&t[i].result), (long)bs);
+	assert_memory_equal(in, out, (size_t)n * bs);
+}
+
 long tio_run(struct folio_engine *e, struct tio *t)
 {
 	int ret = eng_submit(e, t);

@@ -70,6 +70,12 @@ void eng_progress(struct folio_engine *e);
 /* wait() until each of the n requests has completed (poll an engine
  * without wait()). */
 void wait_all(struct folio_engine *e, struct tio *t, int n);
+/* Read n blocks of bs bytes at [0, n * bs) into out (zeroed first) with
+ * n requests t[] all in flight at once, block by block upwards or (with
+ * backwards) downwards, of 1 or 2 segments; check that each read all of
+ * its block and that out then equals in. */
+void tio_read_back(struct folio_engine *e, struct tio *t, int n, size_t bs,
+		   const void *in, void *out, bool backwards);
 /* Submit t, start it, wait for it; its result, or submit()'s refusal. */
 long tio_run(struct folio_engine *e, struct tio *t);
 /* tio_run() for a FOLIO_IO_DURABLE write: its result, or its barrier's

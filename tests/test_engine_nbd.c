@@ -333,16 +333,7 @@ static void test_many_in_flight(void **state)
 		assert_int_equal(atomic_load(&t[i].result), (long)bs);
 	raw_read(&s, out, (size_t)n * bs, 0);
 	assert_memory_equal(in, out, (size_t)n * bs);
-	memset(out, 0, (size_t)n * bs);
-	for (int i = 0; i < n; i++) {
-		tio_prep(&t[i], FOLIO_IO_READ, (uint64_t)i * bs, out + i * bs,
-			 bs, 1 + i % 2, 0);
-		assert_int_equal(eng_submit(e, &t[i]), 0);
-	}
-	wait_all(e, t, n);
-	for (int i = 0; i < n; i++)
-		assert_int_equal(atomic_load(&t[i].result), (long)bs);
-	assert_memory_equal(in, out, (size_t)n * bs);
+	tio_read_back(e, t, n, bs, in, out, false);
 	assert_int_equal(folio_engine_free(e), 0);
 	free(t);
 	free(in);

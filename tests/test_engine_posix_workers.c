@@ -140,17 +140,7 @@ static void test_many_in_flight(void **state)
 		wait_all(e, t, n);
 		for (int i = 0; i < n; i++)
 			assert_int_equal(atomic_load(&t[i].result), (long)bs);
-		memset(out, 0, (size_t)n * bs);
-		for (int i = 0; i < n; i++) {
-			int k = n - 1 - i;
-			tio_prep(&t[i], FOLIO_IO_READ, (uint64_t)k * bs,
-				 out + (size_t)k * bs, bs, 2, 0);
-			assert_int_equal(eng_submit(e, &t[i]), 0);
-		}
-		wait_all(e, t, n);
-		for (int i = 0; i < n; i++)
-			assert_int_equal(atomic_load(&t[i].result), (long)bs);
-		assert_memory_equal(in, out, (size_t)n * bs);
+		tio_read_back(e, t, n, bs, in, out, true);
 		assert_int_equal(folio_engine_free(e), 0);
 	}
 	free(t);

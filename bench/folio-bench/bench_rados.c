@@ -6,7 +6,8 @@
  * $FOLIO_BENCH_CEPH_CONF (pool $FOLIO_BENCH_CEPH_POOL, default "folio";
  * bench/rados-compare.sh shows how to start one). Each engine gets an
  * object of its own and removes it when closed, so runs do not fill the
- * cluster.
+ * cluster; the read workloads fill one object once and reopen it in each
+ * round (bench_remote.c), then remove it.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -17,7 +18,8 @@
 #include "common.h"
 #include "folio_state_rados.h"
 
-int bench_rados_engine(struct folio_engine **out)
+int bench_rados_engine(struct folio_engine **out, const char *prefix,
+		       char *name_out, size_t name_len)
 {
 	static atomic_uint seq;
 	const char *conf = getenv("FOLIO_BENCH_CEPH_CONF");
@@ -27,9 +29,14 @@ int bench_rados_engine(struct folio_engine **out)
 				"FOLIO_BENCH_CEPH_CONF=<ceph.conf>\n");
 		return -EINVAL;
 	}
-	char prefix[64];
-	snprintf(prefix, sizeof(prefix), "folio-bench.%d.%u", (int)getpid(),
-		 atomic_fetch_add(&seq, 1));
+	char fresh[64];
+	if (!prefix) {
+		snprintf(fresh, sizeof(fresh), "folio-bench.%d.%u",
+			 (int)getpid(), atomic_fetch_add(&seq, 1));
+		prefix = fresh;
+		if (name_out)
+			snprintf(name_out, name_len, "%s", fresh);
+	}
 	struct folio_rados_opts o = {
 		.sz = sizeof(o), .conf_path = conf,
 		.pool = pool && *pool ? pool : "folio", .prefix = prefix,

@@ -17,6 +17,11 @@
  * per byte asked: readahead must not turn random 4 KiB reads into large
  * ones (target <= 1.1), and the device's own count (/proc/self/io) shows
  * what the kernel's readahead does for pread.
+ *
+ * With --engine nbd or rados the library's variants read a remote store,
+ * filled once; hot pread of the file and the cold kernel variant have no
+ * file to read and are skipped (the table says so); tmpfs and memcpy stay
+ * as the local references.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -191,8 +196,11 @@ static int hot_open(struct bench_ctx *c, enum hot h, int fd,
 	int err = 0;
 	switch (h) {
 	case H_LIB:
-		err = bench_reader_open(c, &hs->r, BENCH_ENGINE_POSIX, fd,
-					o->size);
+		err = bench_reader_open(c, &hs->r,
+					bench_engine_remote(o->engine)
+						? o->engine
+						: BENCH_ENGINE_POSIX,
+					fd, o->size);
 		if (!err)
 			err = bench_populate(hs->r.m, o->size, o->folio_size);
 		hs->s.m = hs->r.m;
@@ -285,6 +293,8 @@ static int run_hot(struct bench_ctx *c, int fd)
 	int err = 0;
 	for (enum hot h = 0; h < H_N; h++) {
 		on[h] = !only || !strcmp(only, hot_only[h]);
+		if (h == H_PREAD && fd < 0)
+			on[h] = false; /* a remote store: no file */
 		hs[h] = (struct hot_src){.s = {.fd = -1}, .tfd = -1};
 		if (on[h] && !err)
 			err = hot_open(c, h, fd, &hs[h]);
@@ -372,7 +382,7 @@ static int cold_variant(struct bench_ctx *c, enum bench_cold k, int fd,
 	if (err)
 		return err;
 	char name[64];
-	snprintf(name, sizeof(name), "cold %s", bench_cold_name[k]);
+	snprintf(name, sizeof(name), "cold %s", bench_cold_label(c, k));
 	struct source s = {.m = r.m, .fd = fd};
 	uint64_t dev0 = device_read_bytes();
 	uint64_t n = 0;
@@ -389,7 +399,9 @@ static int cold_variant(struct bench_ctx *c, enum bench_cold k, int fd,
 		double asked = (double)res->r.reads * (double)o->bs;
 		bench_num(v, "resident_before", left);
 		bench_num(v, "device_read_bytes", (double)dev);
-		res->device_amp = (double)dev / asked;
+		/* A remote store's reads are no block-layer reads here. */
+		res->device_amp = k == BENCH_COLD_REMOTE ? 0
+							 : (double)dev / asked;
 		bench_num(v, "device_bytes_per_byte_asked", res->device_amp);
 		if (r.m) {
 			struct folio_mapping_stats st = {.sz = sizeof(st)};
@@ -411,18 +423,18 @@ static int cold_variant(struct bench_ctx *c, enum bench_cold k, int fd,
 
 static int run_cold(struct bench_ctx *c, int fd)
 {
-	bool uring;
-	int dfd = bench_direct_fd(c, fd, &uring);
+	bool uring = false;
+	int dfd = fd >= 0 ? bench_direct_fd(c, fd, &uring) : -1;
 	struct cold_result res[BENCH_COLD_N];
 	memset(res, 0, sizeof(res));
 	int err = 0;
 	for (enum bench_cold k = 0; k < BENCH_COLD_N && !err; k++) {
-		if (!bench_cold_runs(k, dfd, uring))
+		if (!bench_cold_runs(c, k, dfd, uring))
 			continue;
 		err = cold_variant(c, k, fd, dfd, &res[k]);
 		if (err)
 			fprintf(stderr, "folio-bench randread: %s: %s\n",
-				bench_cold_name[k], strerror(-err));
+				bench_cold_label(c, k), strerror(-err));
 	}
 	if (dfd >= 0)
 		close(dfd);
@@ -431,41 +443,43 @@ static int run_cold(struct bench_ctx *c, int fd)
 	double worst = 0;
 	char fig[80], base_name[64];
 	snprintf(base_name, sizeof(base_name), "cold %s",
-		 bench_cold_name[BENCH_COLD_PREAD]);
+		 bench_cold_label(c, BENCH_COLD_PREAD));
 	for (enum bench_cold k = 0; k < BENCH_COLD_N; k++) {
 		if (!res[k].r.done)
 			continue;
 		bool base = k == BENCH_COLD_PREAD;
+		bool vs_base = !base && res[BENCH_COLD_PREAD].r.done;
+		unsigned headline = k == BENCH_COLD_POSIX_DIRECT ||
+					    k == BENCH_COLD_REMOTE
+				    ? BENCH_ROW_HEADLINE
+				    : 0;
 		snprintf(fig, sizeof(fig), "cold %s reads/s",
-			 bench_cold_name[k]);
+			 bench_cold_label(c, k));
 		bench_row(c, &(struct bench_row){
 				     .figure = fig, .value = res[k].r.ops,
 				     .unit = "reads/s",
-				     .cmp = base ? NULL : base_name,
-				     .ratio = base ? 0
-						   : res[k].r.ops /
-							     res[BENCH_COLD_PREAD].r.ops,
-				     .flags = k == BENCH_COLD_POSIX_DIRECT
-						      ? BENCH_ROW_HEADLINE
-						      : 0});
+				     .cmp = vs_base ? base_name : NULL,
+				     .ratio = vs_base
+						      ? res[k].r.ops /
+								res[BENCH_COLD_PREAD].r.ops
+						      : 0,
+				     .flags = headline});
 		if (!base) {
 			snprintf(fig, sizeof(fig),
 				 "cold %s engine bytes / bytes asked",
-				 bench_cold_name[k]);
+				 bench_cold_label(c, k));
 			bench_row(c, &(struct bench_row){
 					     .figure = fig,
 					     .value = res[k].engine_amp,
 					     .unit = "x",
-					     .flags = k == BENCH_COLD_POSIX_DIRECT
-							      ? BENCH_ROW_HEADLINE
-							      : 0});
+					     .flags = headline});
 			if (res[k].engine_amp > worst)
 				worst = res[k].engine_amp;
 		}
 		if (res[k].device_amp > 0) {
 			snprintf(fig, sizeof(fig),
 				 "cold %s device bytes / bytes asked",
-				 bench_cold_name[k]);
+				 bench_cold_label(c, k));
 			bench_row(c, &(struct bench_row){
 					     .figure = fig,
 					     .value = res[k].device_amp,
@@ -498,16 +512,16 @@ static int run(struct bench_ctx *c)
 	bench_param_num(c, "seed", (double)seed);
 	if (iters)
 		bench_param_num(c, "iters", (double)iters);
-	int fd = bench_tmpfile(o->dir);
-	if (fd < 0)
-		return 1;
-	int err = bench_prefill(fd, o->size);
+	int fd;
+	int err = bench_read_data(c, "hot pread and cold kernel pread", &fd);
 	if (!err && hot)
 		err = run_hot(c, fd);
 	if (!err && cold)
 		err = run_cold(c, fd);
 	bench_note_coldness(c);
-	close(fd);
+	bench_remote_drop(c);
+	if (fd >= 0)
+		close(fd);
 	if (err) {
 		fprintf(stderr, "folio-bench randread: %s\n", strerror(-err));
 		return 1;
@@ -536,6 +550,8 @@ static struct bench_cmd cmd = {
 	"  kernel pread, lib over posix (buffered fd), posix and io_uring\n"
 	"  (O_DIRECT fd): reads/s, engine bytes per byte asked (target <= 1.1)\n"
 	"  and the block layer's bytes per byte asked (/proc/self/io).\n"
+	"--engine nbd --uri URI or --engine rados: lib reads that store (filled\n"
+	"once); hot pread and cold kernel pread are skipped (no file).\n"
 	"For instruction counts, run one hot variant a fixed number of times:\n"
 	"  valgrind --tool=callgrind --toggle-collect='randread_loop_lib*' \\\n"
 	"      folio-bench randread --only lib --iters 100000\n"
@@ -544,7 +560,7 @@ static struct bench_cmd cmd = {
 		     .folio_size = FOLIO_MAX_SIZE, .block_size = 4 * KIB,
 		     .engine = BENCH_ENGINE_POSIX},
 	.uses = BOPT_SIZE | BOPT_BS | BOPT_RUNTIME | BOPT_FOLIO_SIZE |
-		BOPT_BLOCK_SIZE | BOPT_DIR,
+		BOPT_BLOCK_SIZE | BOPT_DIR | BOPT_ENGINE | BOPT_URI,
 	.xopts = xopts,
 	.quick_size = 64 * MIB,
 	.quick_runtime = 0.5,

@@ -6,14 +6,16 @@
  * the device.
  *
  * --files N splits --size over N files, each with its own mapping and
- * engine; job j works on file j % N. The default is one file per job, as
- * fio lays out numjobs, because that is what a comparison with fio or with
- * a plain pwrite + fdatasync loop measures. With --files 1 all threads
- * share ONE mapping, as the threads of a database share one file's cache:
- * a sync writes back every dirty block of the mapping, so a thread's sync
- * may also carry another thread's write; the write amplification figure
- * (bytes submitted to the engine per byte written) stays exact because
- * both counters are the mappings' own.
+ * engine; job j works on file j % N. --layout names its two ends: own (a
+ * file per job, as fio lays out numjobs, the default because that is what
+ * a comparison with fio or with a plain pwrite + fdatasync loop measures)
+ * and shared (--files 1). The default run measures both, since they fail
+ * differently: with the shared layout all threads share ONE mapping, as
+ * the threads of a database share one file's cache: a sync writes back
+ * every dirty block of the mapping, so a thread's sync may also carry
+ * another thread's write; the write amplification figure (bytes submitted
+ * to the engine per byte written) stays exact because both counters are
+ * the mappings' own.
  *
  * Three variants run over the same files, with the same threads and the
  * same offsets (thread i draws from the same seed in every variant):
@@ -52,6 +54,8 @@
 static bool no_kernel;
 static bool direct;
 static uint64_t nfiles;
+static const char *layout;
+static const char *const layout_choices[] = {"shared", "own", "both", NULL};
 
 static struct bench_xopt xopts[] = {
 	{.name = "no-kernel", .type = BENCH_X_FLAG, .var = &no_kernel,
@@ -63,7 +67,12 @@ static struct bench_xopt xopts[] = {
 	{.name = "files", .type = BENCH_X_UINT, .var = &nfiles, .metavar = "N",
 	 .help = "split --size over N files, job j on file j % N (default:\n"
 		 "  one file per job, as fio does; 1: all jobs share one\n"
-		 "  mapping)"},
+		 "  mapping); --layout is the short form of both ends"},
+	{.name = "layout", .type = BENCH_X_STR, .var = &layout,
+	 .metavar = "L", .choices = layout_choices,
+	 .help = "shared (all jobs on one file, one mapping: --files 1),\n"
+		 "  own (a file per job: --files --jobs) or both, one after\n"
+		 "  the other (default: own; both in the default run)"},
 	{0},
 };
 
@@ -218,7 +227,8 @@ static int open_file(struct bench_ctx *c, struct vfile *f, int fd,
 	const struct bench_opts *o = &c->o;
 	/* A second open file description of the same file, so O_DIRECT
 	 * applies to the library's engine only. */
-	if (direct && o->engine != BENCH_ENGINE_MEM) {
+	if (direct && o->engine != BENCH_ENGINE_MEM &&
+	    !bench_engine_remote(o->engine)) {
 		f->dfd = bench_reopen(fd, O_RDWR | O_DIRECT);
 		if (f->dfd < 0)
 			return f->dfd;
@@ -258,7 +268,8 @@ static int close_file(struct vfile *f)
 }
 
 static int run_variant(struct bench_ctx *c, const int *fds, unsigned n,
-		       uint64_t file_size, const char *name, int tracking,
+		       uint64_t file_size, const char *name,
+		       const char *layout_label, int tracking,
 		       struct result *res)
 {
 	const struct bench_opts *o = &c->o;
@@ -318,6 +329,8 @@ static int run_variant(struct bench_ctx *c, const int *fds, unsigned n,
 	res->p50_us = bench_lat_pct(&all, 50) / 1e3;
 	res->p99_us = bench_lat_pct(&all, 99) / 1e3;
 	res->wa = 1; /* the kernel writes what it was given (per page) */
+	bench_str(v, "layout", layout_label);
+	bench_num(v, "files", n);
 	bench_num(v, "seconds", secs);
 	bench_num(v, "ops", (double)ops);
 	bench_num(v, "mb_per_s", res->mbs);
@@ -382,59 +395,44 @@ static void add_rows(struct bench_ctx *c, const char *name,
 					 .unit = "us"});
 }
 
-static int run(struct bench_ctx *c)
+/* One layout of the files: how many, and its label ("shared", "own" or
+ * "N files"), which goes into the variant names when a run has two. */
+struct layout {
+	unsigned n;
+	char label[16];
+	char suffix[24]; /* " (label)" */
+	bool labelled;   /* the suffix goes into the names */
+};
+
+static void layout_set(struct layout *l, unsigned n, unsigned jobs)
+{
+	l->n = n;
+	if (n == 1)
+		snprintf(l->label, sizeof(l->label), "shared");
+	else if (n == jobs)
+		snprintf(l->label, sizeof(l->label), "own");
+	else
+		snprintf(l->label, sizeof(l->label), "%u files", n);
+	snprintf(l->suffix, sizeof(l->suffix), " (%s)", l->label);
+	l->labelled = false;
+}
+
+/* Every variant of one layout, and its rows. 0, or 1 after printing why. */
+static int run_layout(struct bench_ctx *c, const struct layout *l,
+		      bool kernel)
 {
 	const struct bench_opts *o = &c->o;
-	bool kernel = !no_kernel;
-	if (o->engine == BENCH_ENGINE_MEM) {
-		/* pwrite + fdatasync does real I/O; the mem engine none. */
-		if (kernel)
-			bench_note(c, "mem engine: kernel page cache variant "
-				      "skipped (it would do real I/O)");
-		if (!o->dm.on)
-			bench_note(c, "mem engine: the sync does no device "
-				      "I/O");
-		kernel = false;
-	}
-	bool files_given = false;
-	for (const struct bench_xopt *x = xopts; x->name; x++)
-		files_given |= x->var == &nfiles && x->given;
-	unsigned n = files_given ? (unsigned)nfiles : o->jobs;
-	if (!files_given && o->dm.on)
-		n = 1;
-	if (!n || n > o->jobs || (o->dm.on && n != 1)) {
-		fprintf(stderr, "folio-bench randwrite-sync: --files must be "
-				"1..--jobs, and 1 with --device-model (one "
-				"modelled device)\n");
-		return 2;
-	}
+	unsigned n = l->n;
 	uint64_t file_size = o->size / n / o->bs * o->bs;
-	if (!file_size) {
-		fprintf(stderr, "folio-bench randwrite-sync: --bs exceeds "
-				"--size / --files\n");
-		return 2;
-	}
-	char s1[32], s2[32], s3[32], s4[32];
-	bench_title(c, "%s random overwrites + sync, %u jobs on %u %s of %s, "
-		       "%s folios, %s blocks, %s engine%s",
-		    bench_fmt_size(s1, sizeof(s1), o->bs), o->jobs, n,
-		    n == 1 ? "mapping" : "mappings",
-		    bench_fmt_size(s2, sizeof(s2), file_size),
-		    bench_fmt_size(s3, sizeof(s3), o->folio_size),
-		    bench_fmt_size(s4, sizeof(s4), o->block_size),
-		    bench_engine_name(o->engine),
-		    direct && o->engine != BENCH_ENGINE_MEM ? " (O_DIRECT)"
-							    : "");
-	bench_param_num(c, "kernel", kernel);
-	bench_param_num(c, "direct", direct && o->engine != BENCH_ENGINE_MEM);
-	bench_param_num(c, "files", n);
-
 	int *fds = calloc(n, sizeof(*fds));
 	if (!fds)
 		return 1;
 	int err = 0;
 	unsigned opened = 0;
-	while (!err && opened < n) {
+	for (unsigned i = 0; i < n; i++)
+		fds[i] = -1;
+	/* A remote engine keeps its data elsewhere: no file. */
+	while (!err && opened < n && !bench_engine_remote(o->engine)) {
 		int fd = bench_tmpfile(o->dir);
 		if (fd < 0) {
 			err = -EIO;
@@ -450,15 +448,21 @@ static int run(struct bench_ctx *c)
 	bool only = o->given & BOPT_TRACKING;
 	bool do_block = !only || o->tracking == BENCH_TRACK_BLOCK;
 	bool do_folio = !only || o->tracking == BENCH_TRACK_FOLIO;
+	const char *sfx = l->labelled ? l->suffix : "";
+	char nb[96], nf[96], nk[96], nu[96];
+	snprintf(nb, sizeof(nb), "block tracking%s", sfx);
+	snprintf(nf, sizeof(nf), "whole-folio%s", sfx);
+	snprintf(nk, sizeof(nk), "kernel page cache%s", sfx);
+	snprintf(nu, sizeof(nu), "kernel io_uring%s", sfx);
 	struct result rb = {0}, rf = {0}, rk = {0};
 	if (!err && do_block)
-		err = run_variant(c, fds, n, file_size, "block tracking",
+		err = run_variant(c, fds, n, file_size, nb, l->label,
 				  BENCH_TRACK_BLOCK, &rb);
 	if (!err && do_folio)
-		err = run_variant(c, fds, n, file_size, "whole-folio",
+		err = run_variant(c, fds, n, file_size, nf, l->label,
 				  BENCH_TRACK_FOLIO, &rf);
 	if (!err && kernel)
-		err = run_variant(c, fds, n, file_size, "kernel page cache",
+		err = run_variant(c, fds, n, file_size, nk, l->label,
 				  VARIANT_KERNEL, &rk);
 	struct result ru = {0};
 	bool plain_uring = false;
@@ -468,9 +472,11 @@ static int run(struct bench_ctx *c)
 		bench_note(c, "under valgrind: plain io_uring variant skipped");
 		plain_uring = false;
 	}
+	char nul[96];
+	snprintf(nul, sizeof(nul), "kernel io_uring (linked fsync)%s",
+		 sfx);
 	if (!err && plain_uring)
-		err = run_variant(c, fds, n, file_size,
-				  "kernel io_uring (linked fsync)",
+		err = run_variant(c, fds, n, file_size, nul, l->label,
 				  VARIANT_URING, &ru);
 #endif
 	for (unsigned i = 0; i < opened; i++)
@@ -480,33 +486,169 @@ static int run(struct bench_ctx *c)
 		return 1;
 
 	const struct result *kcmp = kernel ? &rk : NULL;
+	char fig[112];
+	snprintf(fig, sizeof(fig), "%s MB/s", nb);
 	if (do_block) {
-		add_rows(c, "block tracking", &rb, "whole-folio",
-			 do_folio ? &rf : NULL, true);
+		add_rows(c, nb, &rb, nf, do_folio ? &rf : NULL, true);
 		if (kcmp) {
 			bench_row(c, &(struct bench_row){
-					     .figure = "block tracking MB/s",
-					     .value = rb.mbs, .unit = "MB/s",
-					     .cmp = "kernel page cache",
+					     .figure = fig, .value = rb.mbs,
+					     .unit = "MB/s", .cmp = nk,
 					     .ratio = rb.mbs / rk.mbs,
 					     .flags = BENCH_ROW_HEADLINE});
 		}
 		if (plain_uring)
 			bench_row(c, &(struct bench_row){
-					     .figure = "block tracking MB/s",
-					     .value = rb.mbs, .unit = "MB/s",
-					     .cmp = "kernel io_uring",
+					     .figure = fig, .value = rb.mbs,
+					     .unit = "MB/s", .cmp = nu,
 					     .ratio = rb.mbs / ru.mbs,
 					     .flags = BENCH_ROW_HEADLINE});
 	}
 	if (do_folio)
-		add_rows(c, "whole-folio", &rf, "kernel page cache", kcmp,
-			 true);
+		add_rows(c, nf, &rf, nk, kcmp, true);
 	if (kcmp)
-		add_rows(c, "kernel page cache", &rk, NULL, NULL, false);
+		add_rows(c, nk, &rk, NULL, NULL, false);
 	if (plain_uring)
-		add_rows(c, "kernel io_uring", &ru, "kernel page cache", kcmp,
-			 false);
+		add_rows(c, nu, &ru, nk, kcmp, false);
+	return 0;
+}
+
+static bool xopt_given(const void *var)
+{
+	for (const struct bench_xopt *x = xopts; x->name; x++)
+		if (x->var == var)
+			return x->given;
+	return false;
+}
+
+static int run(struct bench_ctx *c)
+{
+	const struct bench_opts *o = &c->o;
+	bool kernel = !no_kernel;
+	if (o->engine == BENCH_ENGINE_MEM) {
+		/* pwrite + fdatasync does real I/O; the mem engine none. */
+		if (kernel)
+			bench_note(c, "mem engine: kernel page cache variant "
+				      "skipped (it would do real I/O)");
+		if (!o->dm.on)
+			bench_note(c, "mem engine: the sync does no device "
+				      "I/O");
+		kernel = false;
+	}
+	bool remote = bench_engine_remote(o->engine);
+	if (remote) {
+		if (kernel)
+			bench_note(c, "%s engine: a remote store, no file to "
+				      "pwrite: kernel page cache variant "
+				      "skipped",
+				   bench_engine_name(o->engine));
+		if (direct)
+			bench_note(c, "%s engine: --direct has no file to "
+				      "apply to",
+				   bench_engine_name(o->engine));
+		kernel = false;
+	}
+	bool files_given = xopt_given(&nfiles);
+	bool layout_given = xopt_given(&layout);
+	if (files_given && layout_given) {
+		fprintf(stderr, "folio-bench randwrite-sync: --files and "
+				"--layout say the same thing: give one\n");
+		return 2;
+	}
+	/* --layout, or the default: own files alone, both layouts in the
+	 * default run. One modelled device means one file. */
+	bool want_shared = true, want_own = true;
+	if (layout_given) {
+		want_shared = strcmp(layout, "own") != 0;
+		want_own = strcmp(layout, "shared") != 0;
+	} else if (!c->quick) {
+		want_shared = false;
+	}
+	if (o->dm.on && !files_given && want_own) {
+		if (layout_given && !want_shared) {
+			fprintf(stderr, "folio-bench randwrite-sync: "
+					"--device-model models one device: "
+					"--layout shared only\n");
+			return 2;
+		}
+		if (o->jobs > 1 && want_shared)
+			bench_note(c, "device model: the shared layout only "
+				      "(one modelled device)");
+		want_own = false;
+		want_shared = true;
+	}
+	/* One export is one store: every job on it is the shared layout. */
+	if (o->engine == BENCH_ENGINE_NBD && want_own) {
+		if ((layout_given && !want_shared) ||
+		    (files_given && nfiles != 1)) {
+			fprintf(stderr, "folio-bench randwrite-sync: --engine "
+					"nbd serves one export: --layout "
+					"shared only\n");
+			return 2;
+		}
+		if (o->jobs > 1 && !files_given)
+			bench_note(c, "nbd engine: one export, so the shared "
+				      "layout only");
+		want_own = false;
+		want_shared = true;
+	}
+	struct layout lays[2];
+	unsigned nlay = 0;
+	if (files_given) {
+		unsigned n = (unsigned)nfiles;
+		if (!n || n > o->jobs || (o->dm.on && n != 1)) {
+			fprintf(stderr, "folio-bench randwrite-sync: --files "
+					"must be 1..--jobs, and 1 with "
+					"--device-model (one modelled "
+					"device)\n");
+			return 2;
+		}
+		layout_set(&lays[nlay++], n, o->jobs);
+	} else {
+		if (want_shared)
+			layout_set(&lays[nlay++], 1, o->jobs);
+		/* With one job, "own" is the shared layout again. */
+		if (want_own && (o->jobs > 1 || !want_shared))
+			layout_set(&lays[nlay++], o->jobs, o->jobs);
+	}
+	for (unsigned i = 0; i < nlay; i++) {
+		if (!(o->size / lays[i].n / o->bs)) {
+			fprintf(stderr, "folio-bench randwrite-sync: --bs "
+					"exceeds --size / files\n");
+			return 2;
+		}
+		lays[i].labelled = nlay > 1;
+	}
+	char s1[32], s2[32], s3[32], s4[32], on[128];
+	size_t at = 0;
+	for (unsigned i = 0; i < nlay; i++)
+		at += (size_t)snprintf(
+			on + at, sizeof(on) - at, "%s%u %s%s of %s", i ? " / " : "",
+			lays[i].n, lays[i].n == 1 && o->jobs > 1 ? "shared " : "",
+			lays[i].n == 1 ? "mapping" : "mappings",
+			bench_fmt_size(s2, sizeof(s2),
+				       o->size / lays[i].n / o->bs * o->bs));
+	bench_title(c, "%s random overwrites + sync, %u jobs on %s, "
+		       "%s folios, %s blocks, %s engine%s",
+		    bench_fmt_size(s1, sizeof(s1), o->bs), o->jobs, on,
+		    bench_fmt_size(s3, sizeof(s3), o->folio_size),
+		    bench_fmt_size(s4, sizeof(s4), o->block_size),
+		    bench_engine_name(o->engine),
+		    direct && o->engine != BENCH_ENGINE_MEM && !remote
+			    ? " (O_DIRECT)"
+			    : "");
+	bench_param_num(c, "kernel", kernel);
+	bench_param_num(c, "direct",
+			direct && o->engine != BENCH_ENGINE_MEM && !remote);
+	if (nlay == 1) {
+		bench_param_num(c, "files", lays[0].n);
+		bench_param_str(c, "layout", lays[0].label);
+	} else {
+		bench_param_str(c, "layout", "shared,own");
+	}
+	for (unsigned i = 0; i < nlay; i++)
+		if (run_layout(c, &lays[i], kernel))
+			return 1;
 	return 0;
 }
 
@@ -521,11 +663,13 @@ static struct bench_cmd cmd = {
 	"Preallocates a file (written and fdatasync'd), caches all of it, then\n"
 	"--jobs threads write --bs bytes at random --bs-aligned offsets, each\n"
 	"write followed by folio_mapping_sync() (writeback + wait + engine\n"
-	"flush, i.e. fdatasync for posix/uring). --files N (default: --jobs,\n"
-	"one file per job as fio does) splits --size over N files, each its\n"
-	"own mapping and engine; job j uses file j % N. With --files 1 all\n"
-	"threads share one mapping, so one thread's sync may carry another's\n"
-	"dirty blocks. Variants, same files,\n"
+	"flush, i.e. fdatasync for posix/uring). --layout own (the default:\n"
+	"one file per job as fio does) or shared (one file, one mapping for\n"
+	"all jobs, as a database's threads share a file: one thread's sync\n"
+	"may carry another's dirty blocks); both runs the two one after the\n"
+	"other, as the default run does, with the layout in each variant's\n"
+	"name. --files N is the general form: --size split over N files, each\n"
+	"its own mapping and engine, job j on file j % N. Variants, same files,\n"
 	"threads and offsets: per-block tracking, whole-folio tracking\n"
 	"(FOLIO_MAPPING_FOLIO_DIRTY: a write dirties and writes back its whole\n"
 	"folio), and the kernel page cache (pwrite + fdatasync on the same\n"
@@ -535,6 +679,9 @@ static struct bench_cmd cmd = {
 	"folio/block for whole-folio tracking). With --device-model the kernel\n"
 	"variant is charged one --bs request and one flush per write+fdatasync.\n"
 	"With --engine mem the kernel variant is skipped (no real I/O to compare).\n"
+	"With --engine nbd --uri URI (one export: the shared layout) or --engine\n"
+	"rados (an object per file) the library writes to that remote store\n"
+	"and the kernel variant is skipped: there is no file to pwrite.\n"
 	"With --engine uring (and no --device-model) a plain io_uring loop runs\n"
 	"too: one ring per thread, each write with a linked fdatasync in one\n"
 	"submit-and-wait, what an io_uring program does without a cache.",
@@ -543,7 +690,7 @@ static struct bench_cmd cmd = {
 		     .block_size = 4 * KIB, .engine = BENCH_ENGINE_POSIX},
 	.uses = BOPT_SIZE | BOPT_BS | BOPT_JOBS | BOPT_RUNTIME |
 		BOPT_FOLIO_SIZE | BOPT_BLOCK_SIZE | BOPT_ENGINE |
-		BOPT_TRACKING | BOPT_DIR | BOPT_DEVMODEL,
+		BOPT_TRACKING | BOPT_DIR | BOPT_DEVMODEL | BOPT_URI,
 	.xopts = xopts,
 	.quick_size = 64 * MIB,
 	.quick_runtime = 3,

@@ -68,6 +68,7 @@ const char *bench_engine_name(enum bench_engine_kind k)
 	case BENCH_ENGINE_URING: return "uring";
 	case BENCH_ENGINE_MEM: return "mem";
 	case BENCH_ENGINE_RADOS: return "rados";
+	case BENCH_ENGINE_NBD: return "nbd";
 	}
 	return "?";
 }
@@ -264,7 +265,13 @@ int bench_engine_open(struct bench_ctx *c, struct bench_engine *be,
 			r = folio_engine_uring(&be->engine, fd, 256, 0);
 			break;
 		case BENCH_ENGINE_RADOS:
-			r = bench_rados_engine(&be->engine);
+			be->keep_store = c->store[0] != 0;
+			r = bench_rados_engine(&be->engine,
+					       c->store[0] ? c->store : NULL,
+					       NULL, 0);
+			break;
+		case BENCH_ENGINE_NBD:
+			r = bench_nbd_engine(c, &be->engine, capacity);
 			break;
 		default:
 			r = folio_engine_mem(&be->engine, capacity);
@@ -282,7 +289,8 @@ int bench_engine_open(struct bench_ctx *c, struct bench_engine *be,
 
 void bench_engine_close(struct bench_engine *be)
 {
-	bench_rados_engine_remove(be->engine);
+	if (!be->keep_store)
+		bench_rados_engine_remove(be->engine);
 	folio_engine_free(be->engine);
 	folio_engine_free(be->mem);
 	devmodel_free(be->dm);
@@ -429,15 +437,27 @@ int bench_reader_close(struct bench_reader *r)
 	return err;
 }
 
-const char *const bench_cold_name[BENCH_COLD_N] = {
-	"kernel pread",
-	"lib posix buffered",
-	"lib posix O_DIRECT",
-	"lib uring O_DIRECT",
-};
-
-bool bench_cold_runs(enum bench_cold k, int dfd, bool uring)
+const char *bench_cold_label(const struct bench_ctx *c, enum bench_cold k)
 {
+	static const char *const name[BENCH_COLD_N] = {
+		"kernel pread",
+		"lib posix buffered",
+		"lib posix O_DIRECT",
+		"lib uring O_DIRECT",
+		"lib remote",
+	};
+	if (k == BENCH_COLD_REMOTE)
+		return c->o.engine == BENCH_ENGINE_NBD ? "lib nbd" : "lib rados";
+	return name[k];
+}
+
+bool bench_cold_runs(const struct bench_ctx *c, enum bench_cold k, int dfd,
+		     bool uring)
+{
+	if (bench_engine_remote(c->o.engine))
+		return k == BENCH_COLD_REMOTE;
+	if (k == BENCH_COLD_REMOTE)
+		return false;
 	if (k >= BENCH_COLD_POSIX_DIRECT && dfd < 0)
 		return false;
 	return k != BENCH_COLD_URING_DIRECT || uring;
@@ -447,6 +467,10 @@ int bench_cold_start(struct bench_ctx *c, enum bench_cold k, int fd,
 		     int dfd, struct bench_reader *r, double *resident)
 {
 	memset(r, 0, sizeof(*r));
+	if (k == BENCH_COLD_REMOTE) {
+		*resident = 0;
+		return bench_reader_open(c, r, c->o.engine, -1, c->o.size);
+	}
 	*resident = bench_drop_kernel_cache(c, fd, c->o.size);
 	if (*resident < 0)
 		return (int)*resident;
@@ -697,6 +721,8 @@ void bench_params_common(struct bench_ctx *c)
 		bench_param_num(c, "block_size", (double)o->block_size);
 	if (uses & BOPT_ENGINE)
 		bench_param_str(c, "engine", bench_engine_name(o->engine));
+	if ((uses & BOPT_ENGINE) && o->engine == BENCH_ENGINE_NBD)
+		bench_param_str(c, "uri", o->uri);
 	if ((uses & BOPT_TRACKING) && (o->given & BOPT_TRACKING))
 		bench_param_str(c, "tracking", o->tracking == BENCH_TRACK_BLOCK
 						       ? "block" : "folio");
@@ -767,7 +793,10 @@ static const struct common_opt common_opts[] = {
 	{"folio-size", BOPT_FOLIO_SIZE, "SIZE", "max folio size"},
 	{"block-size", BOPT_BLOCK_SIZE, "SIZE", "block size (dirty/uptodate "
 						"granularity)"},
-	{"engine", BOPT_ENGINE, "NAME", "I/O engine: posix, uring, mem or rados ($FOLIO_BENCH_CEPH_CONF)"},
+	{"engine", BOPT_ENGINE, "NAME", "I/O engine: posix, uring, mem, nbd (--uri) or rados\n"
+	 "                             ($FOLIO_BENCH_CEPH_CONF)"},
+	{"uri", BOPT_URI, "URI", "--engine nbd: the export (nbd://HOST[:PORT][/NAME] or\n"
+	 "                             nbd+unix:///?socket=PATH)"},
 	{"tracking", BOPT_TRACKING, "MODE", "dirty tracking: block (per "
 					    "block) or folio (whole folio)"},
 	{"dir", BOPT_DIR, "DIR", "directory for temporary files"},
@@ -934,9 +963,16 @@ static int set_common(struct bench_ctx *c, const struct common_opt *co,
 			o->engine = BENCH_ENGINE_MEM;
 		else if (!strcmp(val, "rados"))
 			o->engine = BENCH_ENGINE_RADOS;
+		else if (!strcmp(val, "nbd"))
+			o->engine = BENCH_ENGINE_NBD;
 		else
-			return usage_error(c, "--engine: posix, uring, mem or "
-					      "rados, not '%s'", val);
+			return usage_error(c, "--engine: posix, uring, mem, "
+					      "nbd or rados, not '%s'", val);
+		break;
+	case BOPT_URI:
+		if (!*val)
+			return usage_error(c, "--uri: an NBD URI, not ''");
+		o->uri = val;
 		break;
 	case BOPT_TRACKING:
 		if (!strcmp(val, "block"))
@@ -1085,6 +1121,20 @@ int bench_parse_args(struct bench_ctx *c, int argc, char **argv,
 		else
 			return usage_error(c, "--block-size must not exceed "
 					      "--folio-size");
+	}
+	if (!cmd || (cmd->uses & BOPT_ENGINE)) {
+		const struct bench_opts *o = &c->o;
+		if (o->engine == BENCH_ENGINE_NBD && cmd &&
+		    !(cmd->uses & BOPT_URI))
+			return usage_error(c, "--engine nbd: not for this "
+					      "workload (randwrite-sync, "
+					      "seqread, randread take it)");
+		if (o->engine == BENCH_ENGINE_NBD && !o->uri)
+			return usage_error(c, "--engine nbd needs --uri URI");
+		if (bench_engine_remote(o->engine) && o->dm.on)
+			return usage_error(c, "--device-model models a local "
+					      "device: not with --engine %s",
+					   bench_engine_name(o->engine));
 	}
 	/* In the default run a common option is meant for whichever
 	 * workloads use it: no point telling the others. */

@@ -46,7 +46,15 @@ enum bench_engine_kind {
 	BENCH_ENGINE_URING,
 	BENCH_ENGINE_MEM,
 	BENCH_ENGINE_RADOS, /* bench_rados.c */
+	BENCH_ENGINE_NBD,   /* bench_remote.c: --uri */
 };
+
+/* Whether the engine keeps its data away from the workload's file (no
+ * file to pwrite or pread: the kernel variants have nothing to run on). */
+static inline bool bench_engine_remote(enum bench_engine_kind k)
+{
+	return k == BENCH_ENGINE_RADOS || k == BENCH_ENGINE_NBD;
+}
 
 enum bench_tracking {
 	BENCH_TRACK_BLOCK, /* per-block dirty state (the library's point) */
@@ -72,6 +80,7 @@ enum {
 	BOPT_TRACKING = 1u << 7,
 	BOPT_DIR = 1u << 8,
 	BOPT_DEVMODEL = 1u << 9,
+	BOPT_URI = 1u << 10,
 };
 
 struct bench_opts {
@@ -85,6 +94,7 @@ struct bench_opts {
 	enum bench_tracking tracking;
 	const char *dir;
 	struct bench_devmodel_params dm;
+	const char *uri; /* --engine nbd */
 	bool json;
 	unsigned given; /* BOPT_* set on the command line */
 };
@@ -190,21 +200,54 @@ struct bench_engine {
 	struct folio_engine *engine;
 	struct folio_engine *mem; /* the store under a modelled mem engine */
 	struct devmodel *dm;      /* NULL without --device-model */
+	bool keep_store; /* a RADOS object bench_remote_fill() made: the
+			  * workload removes it, not the close */
 };
 
 /*
- * Create the engine `kind` over `fd` (posix, uring) or in memory (mem,
- * `capacity` bytes; fd ignored), wrapped by the device model when
- * c->o.dm.on (which then marks c as modelled). Prints why on failure.
- * Returns 0 / -errno.
+ * Create the engine `kind` over `fd` (posix, uring), in memory (mem,
+ * `capacity` bytes), over the export c->o.uri (nbd) or over a RADOS
+ * object (c->store when a read workload filled one, else a fresh one
+ * removed on close); fd is ignored but for posix and uring. Wrapped by
+ * the device model when c->o.dm.on (which then marks c as modelled).
+ * Prints why on failure. Returns 0 / -errno.
  */
 int bench_engine_open(struct bench_ctx *c, struct bench_engine *be,
 		      enum bench_engine_kind kind, int fd, uint64_t capacity);
 void bench_engine_close(struct bench_engine *be);
-/* --engine rados (bench_rados.c): an engine over a fresh striped object;
- * removing what a RADOS engine stored (nothing for other engines). */
-int bench_rados_engine(struct folio_engine **out);
+/* --engine rados (bench_rados.c): an engine over the striped object
+ * `prefix`, or a fresh one when NULL (its name then goes to name_out when
+ * given, name_len bytes); removing what a RADOS engine stored (nothing
+ * for other engines). */
+int bench_rados_engine(struct folio_engine **out, const char *prefix,
+		       char *name_out, size_t name_len);
 void bench_rados_engine_remove(struct folio_engine *e);
+
+/* ---- remote stores (bench_remote.c) ------------------------------------ */
+
+/* --engine nbd: an engine over the export c->o.uri, refused (-EFBIG,
+ * printed) when the export is smaller than `capacity`. */
+int bench_nbd_engine(struct bench_ctx *c, struct folio_engine **out,
+		     uint64_t capacity);
+
+/*
+ * For the read workloads on a remote engine: write [0, size) of the store
+ * once through the library (a RADOS object made for the purpose, named in
+ * c->store, or the NBD export), so that each later bench_engine_open()
+ * reads data that is there. 0 / -errno (printed).
+ */
+int bench_remote_fill(struct bench_ctx *c, uint64_t size);
+/* Remove what bench_remote_fill() made (the RADOS object). */
+void bench_remote_drop(struct bench_ctx *c);
+
+/*
+ * What a read workload reads: with a remote engine its store, filled once
+ * by bench_remote_fill() (*fd = -1; a note says that `skipped`, the
+ * variants that need a file, are skipped); otherwise a temporary file of
+ * --size in --dir, prefilled (*fd; a note says that a local --engine
+ * changes nothing). 0 / -errno.
+ */
+int bench_read_data(struct bench_ctx *c, const char *skipped, int *fd);
 
 /* ---- files for read workloads ------------------------------------------ */
 
@@ -263,18 +306,26 @@ enum bench_cold {
 	BENCH_COLD_POSIX,        /* the library, posix engine, buffered fd */
 	BENCH_COLD_POSIX_DIRECT, /* the library, posix engine, O_DIRECT fd */
 	BENCH_COLD_URING_DIRECT, /* the library, io_uring engine, O_DIRECT */
+	BENCH_COLD_REMOTE,       /* the library, --engine nbd or rados: the
+				  * one variant then */
 	BENCH_COLD_N,
 };
-extern const char *const bench_cold_name[BENCH_COLD_N];
 
-/* Whether variant k can run with the dfd and *uring of bench_direct_fd. */
-bool bench_cold_runs(enum bench_cold k, int dfd, bool uring);
+/* The variant's name ("kernel pread", "lib posix O_DIRECT", "lib nbd"). */
+const char *bench_cold_label(const struct bench_ctx *c, enum bench_cold k);
+
+/* Whether variant k runs: with a remote engine only BENCH_COLD_REMOTE;
+ * otherwise the file variants the dfd and *uring of bench_direct_fd
+ * allow. */
+bool bench_cold_runs(const struct bench_ctx *c, enum bench_cold k, int dfd,
+		     bool uring);
 
 /*
  * Start a cold round of variant k: drop the kernel's pages of fd (see
  * bench_drop_kernel_cache; *resident gets what stayed) and, for a library
  * variant, open a new reader on fd or dfd (r->m stays NULL for pread).
- * 0 / -errno.
+ * BENCH_COLD_REMOTE has no file (fd and dfd unused, *resident 0): a new
+ * engine and mapping over the filled remote store. 0 / -errno.
  */
 int bench_cold_start(struct bench_ctx *c, enum bench_cold k, int fd,
 		     int dfd, struct bench_reader *r, double *resident);
@@ -378,6 +429,7 @@ struct bench_ctx {
 	bool warned_not_cold; /* bench_drop_kernel_cache() said so */
 	bool dropped_cache;   /* bench_drop_kernel_cache() was called */
 	double max_resident;  /* the most of the file it found left */
+	char store[64]; /* the RADOS object bench_remote_fill() made */
 	int exit_code; /* of a legacy run(argc, argv) workload */
 	bool legacy;
 };

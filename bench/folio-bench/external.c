@@ -148,43 +148,29 @@ static int run_group(const char *group, int argc, char **argv)
 	return 2;
 }
 
-static int run_micro(int argc, char **argv)
+/* argv[0] is the command's own name, which is its group's. */
+static int run_cmd(int argc, char **argv)
 {
-	return run_group("micro", argc, argv);
+	return run_group(argv[0], argc, argv);
 }
 
-static int run_callgrind(int argc, char **argv)
+/* The folio-bench commands: one per group of progs[]. */
+static struct bench_cmd cmds[] = {
+	{.name = "micro",
+	 .summary = "white-box micro-benchmarks: index, alloc, onecopy, "
+		    "epoch",
+	 .run = run_cmd, .order = 900},
+	{.name = "callgrind",
+	 .summary = "instruction counts under valgrind: fstime, read, "
+		    "writeback, state, alloc",
+	 .run = run_cmd, .order = 901},
+	{.name = "fuse-fio",
+	 .summary = "fio on ext4 and through folio-fuse (root, fio)",
+	 .run = run_cmd, .order = 902},
+};
+
+__attribute__((constructor)) static void register_cmds(void)
 {
-	return run_group("callgrind", argc, argv);
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		bench_register(&cmds[i]);
 }
-
-static int run_fuse_fio(int argc, char **argv)
-{
-	return run_group("fuse-fio", argc, argv);
-}
-
-static struct bench_cmd micro_cmd = {
-	.name = "micro",
-	.summary = "white-box micro-benchmarks: index, alloc, onecopy, "
-		   "epoch",
-	.run = run_micro,
-	.order = 900,
-};
-BENCH_REGISTER(micro_cmd)
-
-static struct bench_cmd callgrind_cmd = {
-	.name = "callgrind",
-	.summary = "instruction counts under valgrind: fstime, read, "
-		   "writeback, state, alloc",
-	.run = run_callgrind,
-	.order = 901,
-};
-BENCH_REGISTER(callgrind_cmd)
-
-static struct bench_cmd fuse_fio_cmd = {
-	.name = "fuse-fio",
-	.summary = "fio on ext4 and through folio-fuse (root, fio)",
-	.run = run_fuse_fio,
-	.order = 902,
-};
-BENCH_REGISTER(fuse_fio_cmd)

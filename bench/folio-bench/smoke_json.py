@@ -123,19 +123,47 @@ if doc:
               "randread", "overwrite-threads", "wbpass"):
         if n not in names:
             fail("default run: %s missing" % n)
+    # Both layouts, each variant labelled with its own.
     rv = variants(doc, "randwrite-sync")
-    for n in ("block tracking", "whole-folio", "kernel page cache"):
-        if n not in rv:
-            fail("randwrite-sync: variant %r missing" % n)
-    if "block tracking" in rv:
-        check_wa(rv["block tracking"], 0.9, 1.0 + 1e-9, "block tracking")
-    if "whole-folio" in rv:
-        # 64K folios of 4K blocks: 16, a little less when two threads
-        # dirty the same folio before one sync.
-        check_wa(rv["whole-folio"], 12, 16 + 1e-9, "whole-folio")
+    for lay, files in (("shared", 1), ("own", 2)):
+        for n in ("block tracking", "whole-folio", "kernel page cache"):
+            name = "%s (%s)" % (n, lay)
+            if name not in rv:
+                fail("randwrite-sync: variant %r missing" % name)
+            elif rv[name].get("layout") != lay or \
+                    rv[name].get("files") != files:
+                fail("randwrite-sync/%s: layout %r, files %r" %
+                     (name, rv[name].get("layout"), rv[name].get("files")))
+        b = rv.get("block tracking (%s)" % lay)
+        if b:
+            check_wa(b, 0.9, 1.0 + 1e-9, "block tracking " + lay)
+        f = rv.get("whole-folio (%s)" % lay)
+        if f:
+            # 64K folios of 4K blocks: 16, a little less when two threads
+            # dirty the same folio before one sync.
+            check_wa(f, 12, 16 + 1e-9, "whole-folio " + lay)
+    rows = [r["figure"] for w in doc["workloads"]
+            if w["name"] == "randwrite-sync" for r in w["table"]
+            if r["headline"]]
+    for lay in ("shared", "own"):
+        if "block tracking (%s) MB/s" % lay not in rows:
+            fail("randwrite-sync: no headline row for the %s layout" % lay)
     for v in rv.values():
         for k in ("mb_per_s", "iops", "p50_us", "p99_us"):
             number(v.get(k), "randwrite-sync/%s/%s" % (v["name"], k))
+
+# 1b. One layout alone: plain variant names, the layout in the parameters.
+p = run(["randwrite-sync", "--json", "--layout", "shared", "--size", "2M",
+         "--runtime", "0.05", "--jobs", "2", "--no-kernel", "--dir", TMP])
+doc = load(p, "randwrite-sync --layout shared")
+if doc:
+    w = doc["workloads"][0]
+    if w["params"].get("layout") != "shared" or \
+            w["params"].get("files") != 1:
+        fail("--layout shared: params %r" % w["params"])
+    rv = variants(doc, "randwrite-sync")
+    if sorted(rv) != ["block tracking", "whole-folio"]:
+        fail("--layout shared: variants %r" % sorted(rv))
 
 # 2. The device model: labelled, and the same amplification on a mem store.
 p = run(["randwrite-sync", "--json", "--engine", "mem", "--device-model",
@@ -211,6 +239,14 @@ for args in (["--bogus"], ["nosuchworkload"], ["fstime", "--size", "abc"],
              ["randwrite-sync", "--folio-size", "3K"],
              ["randwrite-sync", "--device-model", "bw=fast"],
              ["randwrite-sync", "--dir", "/nonexistent/dir"],
+             ["randwrite-sync", "--layout", "sideways"],
+             ["randwrite-sync", "--engine", "nbd"],
+             ["fstime", "--engine", "nbd", "--uri", "nbd://127.0.0.1"],
+             ["randwrite-sync", "--engine", "rados", "--device-model",
+              "lat=1"],
+             ["randwrite-sync", "--layout", "own", "--files", "2"],
+             ["randwrite-sync", "--layout", "own", "--device-model",
+              "lat=1", "--engine", "mem"],
              ["wbpass", "--dirty", "x"], ["seqread", "--rounds", "0"],
              ["randread", "--phase", "warm"], ["randread", "--bs", "1000"]):
     p = run(args, rc=2)
