@@ -61,3 +61,36 @@ cg_top() {
 			sub(/^.*:/, "", name); sub(/ .*$/, "", name)
 			if (++k <= 15) printf "  %8.1f  %s\n", ir / n, name }'
 }
+
+# cg_wbpass TOGGLE WHAT DIRTY [wbpass options]: run folio-bench wbpass
+# under callgrind on the mapping that caches only dirty folios, one 4 KiB
+# block dirty in each 64 KiB folio (so every folio is a request of its
+# own), with the inline engine (each request completes inside submit()
+# and moves no bytes), 3 rounds re-dirtying the same folios, collecting
+# only inside the function TOGGLE; then print Ir per dirty folio and the
+# top functions. WHAT names the measured call in the output.
+cg_wbpass() {
+	local toggle=$1 what=$2 dirty=$3 rounds=3
+	shift 3
+	local out=$tmp/callgrind.wb
+	valgrind --tool=callgrind --callgrind-out-file="$out" \
+		--toggle-collect="$toggle*" \
+		"$bin" wbpass --inline-engine --only all-dirty --dirty "$dirty" \
+		--rounds "$rounds" --size "$((dirty * 64))K" --folio-size 64K \
+		--bs 4K --block-size 4K "$@" \
+		>"$tmp/stdout" 2>"$tmp/stderr" || {
+		echo "$script: run failed:" >&2
+		cat "$tmp/stderr" >&2
+		exit 1
+	}
+	local ir n=$((rounds * dirty))
+	ir=$(cg_ir "$out")
+	printf '%-14s %14s %16s\n' folios Ir instr/folio
+	awk -v ir="$ir" -v n="$n" 'BEGIN {
+		printf "%-14d %14d %16.1f\n", n, ir, ir / n
+		printf "target <= 1000 instructions per dirty folio: %s\n",
+			ir / n <= 1000 ? "met" : "NOT met" }'
+	echo
+	echo "Top functions of one folio's $what (Ir / $n folios):"
+	cg_top "$out" "$n"
+}

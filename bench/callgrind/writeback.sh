@@ -22,27 +22,4 @@ here=$(cd "$(dirname "$0")" && pwd)
 script="callgrind writeback"
 . "$here/common.sh"
 cg_setup "$@"
-dirty=$iters
-rounds=3
-
-out=$tmp/callgrind.wb
-valgrind --tool=callgrind --callgrind-out-file="$out" \
-	--toggle-collect='wbpass_pass*' \
-	"$bin" wbpass --inline-engine --only all-dirty --dirty "$dirty" \
-	--rounds "$rounds" --size "$((dirty * 64))K" --folio-size 64K \
-	--bs 4K --block-size 4K "${extra[@]}" \
-	>"$tmp/stdout" 2>"$tmp/stderr" || {
-	echo "$script: run failed:" >&2
-	cat "$tmp/stderr" >&2
-	exit 1
-}
-ir=$(cg_ir "$out")
-n=$((rounds * dirty))
-printf '%-14s %14s %16s\n' folios Ir instr/folio
-awk -v ir="$ir" -v n="$n" 'BEGIN {
-	printf "%-14d %14d %16.1f\n", n, ir, ir / n
-	printf "target <= 1000 instructions per dirty folio: %s\n",
-		ir / n <= 1000 ? "met" : "NOT met" }'
-echo
-echo "Top functions of one folio's writeback (Ir / $n folios):"
-cg_top "$out" "$n"
+cg_wbpass wbpass_pass writeback "$iters" "${extra[@]}"

@@ -22,6 +22,7 @@
 static uint64_t ndirty = 1000;
 static uint64_t rounds = 21;
 static bool inline_engine;
+static bool whole_sync;
 static const char *only;
 
 static const char *const only_choices[] = {"few-dirty", "all-dirty", NULL};
@@ -34,6 +35,9 @@ static struct bench_xopt xopts[] = {
 	{.name = "inline-engine", .type = BENCH_X_FLAG, .var = &inline_engine,
 	 .help = "store that completes requests inside submit() and moves "
 		 "no bytes: the pass costs only the library's work"},
+	{.name = "sync", .type = BENCH_X_FLAG, .var = &whole_sync,
+	 .help = "time folio_mapping_sync() (pass, wait, flush and the "
+		 "settling of unstable blocks) instead of the pass alone"},
 	{.name = "only", .type = BENCH_X_STR, .var = &only, .metavar = "SIDE",
 	 .choices = only_choices,
 	 .help = "run one mapping: few-dirty (many cached) or all-dirty"},
@@ -131,11 +135,17 @@ static int side_close(struct side *s)
 	return err;
 }
 
+/* Bytes dirtied in each dirty folio. */
+static size_t dirty_len(const struct bench_opts *o)
+{
+	return (size_t)(o->bs < o->folio_size ? o->bs : o->folio_size);
+}
+
 static int dirty_all(struct bench_ctx *c, struct folio_mapping *m,
 		     uint64_t stride, const char *buf)
 {
 	const struct bench_opts *o = &c->o;
-	size_t len = (size_t)(o->bs < o->folio_size ? o->bs : o->folio_size);
+	size_t len = dirty_len(o);
 	for (uint64_t i = 0; i < ndirty; i++) {
 		ssize_t r = folio_mapping_write(m, buf, len,
 						i * stride * o->folio_size);
@@ -152,6 +162,26 @@ BENCH_NOINLINE static int64_t wbpass_pass(struct folio_mapping *m,
 	return folio_mapping_writeback(m, wo);
 }
 
+/* The measured sync, alone in its function for callgrind (folio-bench
+ * callgrind sync). */
+BENCH_NOINLINE static int wbpass_sync(struct folio_mapping *m)
+{
+	return folio_mapping_sync(m, NULL);
+}
+
+/* One measured round: the pass, or with --sync the whole sync. Returns
+ * the bytes written back (a sync: the dirty bytes it had to write) or a
+ * negative errno. */
+static int64_t measured(struct folio_mapping *m,
+			const struct folio_writeback_opts *wo,
+			int64_t dirty_bytes)
+{
+	if (!whole_sync)
+		return wbpass_pass(m, wo);
+	int r = wbpass_sync(m);
+	return r ? r : dirty_bytes;
+}
+
 /* Time `rounds` passes, re-dirtying the same folios before each. */
 static int passes(struct bench_ctx *c, struct folio_mapping *m,
 		  uint64_t stride, const char *name, double *median_us)
@@ -161,6 +191,7 @@ static int passes(struct bench_ctx *c, struct folio_mapping *m,
 	char *buf = malloc(o->folio_size);
 	int err = t && buf ? 0 : -ENOMEM;
 	int64_t bytes = 0;
+	size_t len = dirty_len(o);
 	struct folio_writeback_opts wo = {.sz = sizeof(wo),
 					  .flags = FOLIO_WB_WAIT};
 	for (uint64_t r = 0; r < rounds && !err; r++) {
@@ -169,7 +200,7 @@ static int passes(struct bench_ctx *c, struct folio_mapping *m,
 		if (err)
 			break;
 		uint64_t t0 = bench_now_ns();
-		bytes = wbpass_pass(m, &wo);
+		bytes = measured(m, &wo, (int64_t)(ndirty * len));
 		uint64_t t1 = bench_now_ns();
 		if (bytes < 0)
 			err = (int)bytes;
@@ -259,9 +290,11 @@ static int run(struct bench_ctx *c)
 	const char *store = inline_engine ? "inline"
 					  : bench_engine_name(o->engine);
 	char s1[32];
-	bench_title(c, "one writeback pass (FOLIO_WB_WAIT), %llu dirty of "
+	bench_title(c, "one %s, %llu dirty of "
 		       "%llu cached %s folios vs %llu cached all dirty, same "
 		       "positions, %s engine, median of %llu",
+		    whole_sync ? "folio_mapping_sync()"
+			       : "writeback pass (FOLIO_WB_WAIT)",
 		    (unsigned long long)ndirty, (unsigned long long)cached,
 		    bench_fmt_size(s1, sizeof(s1), o->folio_size),
 		    (unsigned long long)ndirty, store,
@@ -344,7 +377,10 @@ static struct bench_cmd cmd = {
 	"two mappings; --inline-engine replaces the store by one that\n"
 	"completes each request inside submit() without moving bytes, so a\n"
 	"pass costs only the library's work (folio-bench callgrind writeback\n"
-	"counts its instructions per dirty folio).",
+	"counts its instructions per dirty folio). --sync times\n"
+	"folio_mapping_sync() instead of the pass: the pass, the wait, the\n"
+	"flush and the settling of the unstable blocks (folio-bench callgrind\n"
+	"sync).",
 	.defaults = {.size = 1000000 * 4 * KIB, .bs = 4 * KIB,
 		     .folio_size = 4 * KIB, .block_size = 4 * KIB,
 		     .engine = BENCH_ENGINE_MEM},

@@ -45,6 +45,8 @@ static const struct ext_prog progs[] = {
 	 "instructions per hot 4 KiB read [ITERS] [-- OPTIONS]"},
 	{"callgrind", "writeback", "callgrind/writeback.sh", EXT_ARG_SELF,
 	 "instructions per dirty folio written back [DIRTY] [-- OPTIONS]"},
+	{"callgrind", "sync", "callgrind/sync.sh", EXT_ARG_SELF,
+	 "instructions per dirty folio of a whole sync [DIRTY] [-- OPTIONS]"},
 	{"callgrind", "state", "callgrind/state.sh", EXT_ARG_BUILDDIR,
 	 "instructions per per-block state operation [OPS]"},
 	{"callgrind", "alloc", "callgrind/alloc.sh", EXT_ARG_BUILDDIR,

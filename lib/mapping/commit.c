@@ -81,33 +81,59 @@ void mapping_unstable_lost(struct folio_mapping *m, struct folio *f)
 			      -mapping_block_bytes(f, unstable));
 }
 
-/* After a flush that began in generation `gen` with `failures` failed
+/* Unstable folios found per index round trip of a settling walk. */
+#define SETTLE_BATCH 32
+
+/*
+ * After a flush that began in generation `gen` with `failures` failed
  * flushes of the engine counted: release what it covered, or make
- * everything unstable dirty again when it failed. */
+ * everything unstable dirty again when it failed.
+ *
+ * One walk over the UNSTABLE tag, batched (a find per index node, not
+ * per folio), with io_lock shared: truncate, invalidate and free, which
+ * remove folios, wait for it, and reclaim cannot remove a folio the walk
+ * holds a reference to (its freeze expects the index's and its own
+ * only). So every folio found stays in the node that holds it, and a
+ * released folio's tag is dropped through that node with no index lock
+ * (mapping_tag_drop_at(), as writeback drops DIRTY); the stale bits
+ * above go in one exclusive prune at the end.
+ */
 static void settle_unstable(struct folio_mapping *m, uint64_t gen,
 			    uint64_t failures, bool failed)
 {
+	struct index_hit hits[SETTLE_BATCH];
 	uint64_t key = 0;
-	struct folio *f;
-	while ((f = mapping_next_folio(m, &key, UINT64_MAX,
-				       (int)INDEX_TAG_UNSTABLE))) {
-		/* Counted as each folio settles: a folio truncated away
-		 * meanwhile was drained, so it changes no count here. */
-		size_t unstable = 0;
-		int r = failed ? FOLIO_STABLE_LOST
-			       : folio_stabilize(f, gen, failures, &unstable);
-		if (r == FOLIO_STABLE_LOST) {
-			mapping_unstable_lost(m, f);
-		} else {
-			if (!r)
-				mapping_tag_clear_unless(m, f,
-							 INDEX_TAG_UNSTABLE,
-							 has_unstable);
-			mapping_cache_account(m, 0, 0,
-					      -mapping_block_bytes(f, unstable));
+	int64_t released = 0;
+	bool seen = false;
+	unsigned n;
+	brlock_read_lock(&m->io_lock);
+	while ((n = mapping_next_tagged_batch(m, &key, UINT64_MAX,
+					      INDEX_TAG_UNSTABLE, hits,
+					      SETTLE_BATCH))) {
+		seen = true;
+		for (unsigned i = 0; i < n; i++) {
+			struct folio *f = hits[i].entry;
+			size_t unstable = 0;
+			int r = failed ? FOLIO_STABLE_LOST
+				       : folio_stabilize(f, gen, failures,
+							 &unstable);
+			if (r == FOLIO_STABLE_LOST) {
+				mapping_unstable_lost(m, f);
+			} else {
+				if (!r)
+					mapping_tag_drop_at(m, f, hits[i].node,
+							    INDEX_TAG_UNSTABLE,
+							    has_unstable);
+				released += mapping_block_bytes(f, unstable);
+			}
+			folio_put(f);
 		}
-		folio_put(f);
 	}
+	brlock_read_unlock(&m->io_lock);
+	if (seen)
+		mapping_tags_prune(m, 0, UINT64_MAX,
+				   1u << INDEX_TAG_UNSTABLE);
+	mapping_cache_account(m, 0, 0, -released);
 	/* Stable folios can be reclaimed now. */
 	if (!failed)
 		mapping_cache_progress(m);
