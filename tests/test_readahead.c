@@ -4,12 +4,15 @@
  * seeking back), window growth and its cap, turning it off, completion
  * from another thread or a poller, EOF, truncate while reads are in
  * flight, pool pressure and the wasted count, read errors, the explicit
- * call's arguments, and several threads reading one mapping.
+ * call's arguments, and several threads reading one mapping; several
+ * windows in flight: how many, and truncate and invalidate over them,
+ * also from another thread.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -398,6 +401,201 @@ static void test_truncate_during(void **state)
 	env_close(&v);
 }
 
+/* Bytes cached beyond `at`: what readahead holds ahead of a reader
+ * there (the mapping caches nothing else in these tests). */
+static uint64_t cached_ahead(struct env *v, uint64_t at)
+{
+	uint64_t cached = test_mapping_stats(v->m).cached_bytes;
+	return cached > at ? cached - at : 0;
+}
+
+/*
+ * With an engine that completes requests on its own (here only when
+ * polled, so windows stay in flight until the reader waits), a
+ * sequential reader keeps more than the next window going: more than two
+ * windows' worth read ahead of it at some point, never more than four,
+ * and requests as large as before. With an engine that completes them inside submit()
+ * it stays at two windows (test_window_cap).
+ */
+static void test_depth(void **state)
+{
+	(void)state;
+	struct env v;
+	const uint64_t size = 32 * MIB, max = 2 * MIB;
+	env_open(&v, size, 0, 0, NULL);
+	assert_int_equal(folio_engine_mem_set_mode(v.e, FOLIO_MEM_POLL, 5), 0);
+	unsigned char b[4096];
+	uint64_t most_ahead = 0, most_inflight = 0, warm = 0;
+	for (uint64_t at = 0; at < size; at += sizeof(b)) {
+		if (at == 4 * MIB)
+			warm = engine_reads(&v);
+		assert_int_equal(folio_mapping_read(v.m, b, sizeof(b), at),
+				 (ssize_t)sizeof(b));
+		check_bytes(b, sizeof(b), at);
+		uint64_t ahead = cached_ahead(&v, at + sizeof(b));
+		most_ahead = ahead > most_ahead ? ahead : most_ahead;
+		uint64_t n = test_mem_stats(v.e).inflight;
+		most_inflight = n > most_inflight ? n : most_inflight;
+	}
+	uint64_t reqs = engine_reads(&v) - warm;
+	printf("# depth: at most %llu KiB ahead, %llu requests in flight, "
+	       "%llu requests for the last 28 MiB\n",
+	       (unsigned long long)(most_ahead / KIB),
+	       (unsigned long long)most_inflight, (unsigned long long)reqs);
+	/* Uptodate bytes ahead: one window in flight would leave at most
+	 * two; and more than one window's requests (2 of 1 MiB) at once. */
+	assert_true(most_ahead > 2 * max);
+	assert_true(most_ahead <= 4 * max);
+	assert_true(most_inflight > 2);
+	assert_true(reqs <= 2 * 28);
+	assert_true(test_mem_stats(v.e).read_bytes <= size);
+	assert_int_equal(test_mapping_stats(v.m).readahead_wasted, 0);
+	assert_int_equal(folio_engine_mem_set_mode(v.e, FOLIO_MEM_SYNC, 0), 0);
+	env_close(&v);
+}
+
+/* Read [pos, pos+len) in 4 KiB calls, each byte as `want` says. */
+static void read_model(struct env *v, uint64_t pos, uint64_t len,
+		       unsigned char (*want)(uint64_t pos, const void *arg),
+		       const void *arg)
+{
+	unsigned char b[4096];
+	for (uint64_t at = pos; at < pos + len; at += sizeof(b)) {
+		size_t n = (size_t)test_min_u64(sizeof(b), pos + len - at);
+		assert_int_equal(folio_mapping_read(v->m, b, n, at),
+				 (ssize_t)n);
+		for (size_t i = 0; i < n; i++)
+			if (b[i] != want(at + i, arg))
+				fail_msg("byte at %llu is %u, not %u",
+					 (unsigned long long)(at + i), b[i],
+					 want(at + i, arg));
+	}
+}
+
+/* The store's bytes, zeros from *arg (a cut) on. */
+static unsigned char want_cut(uint64_t pos, const void *arg)
+{
+	return pos < *(const uint64_t *)arg ? pattern(pos) : 0;
+}
+
+/* A sequential reader over a polled engine, from 0 to the first place
+ * at or after `from` where more than one window it started is in flight
+ * (more than two requests: the library cuts requests at 1 MiB by
+ * default, and the windows are 2 MiB by then). A wait() completes a
+ * random number of requests, often all, so not every place has them;
+ * the next few triggers start more. Returns that place. */
+static uint64_t read_until_windows_held(struct env *v, uint64_t from)
+{
+	unsigned char b[4096];
+	uint64_t at = 0;
+	while (at < from || test_mem_stats(v->e).inflight <= 2) {
+		assert_true(at < v->size - 8 * MIB);
+		assert_int_equal(folio_mapping_read(v->m, b, sizeof(b), at),
+				 (ssize_t)sizeof(b));
+		check_bytes(b, sizeof(b), at);
+		at += sizeof(b);
+	}
+	return at;
+}
+
+/* A mapping over a polled engine (seeded with poll_seed) whose reader
+ * stopped a few MiB in where windows are held in flight; returns where. */
+static uint64_t open_windows_held(struct env *v, uint64_t size,
+				  uint64_t poll_seed, uint64_t *seed)
+{
+	env_open(v, size, 0, 0, NULL);
+	assert_int_equal(folio_engine_mem_set_mode(v->e, FOLIO_MEM_POLL,
+						   poll_seed),
+			 0);
+	return read_until_windows_held(
+		v, 3 * MIB + test_rand_below(seed, 64) * 4096);
+}
+
+static void close_polled(struct env *v)
+{
+	assert_int_equal(folio_engine_mem_set_mode(v->e, FOLIO_MEM_SYNC, 0), 0);
+	env_close(v);
+}
+
+/*
+ * Truncate while several windows are in flight, the cut inside one of
+ * them: the windows are drained first, nothing past the cut comes back
+ * (the model: the store's bytes below it, zeros after growing again),
+ * and the reader goes on to the end.
+ */
+static void test_truncate_windows(void **state)
+{
+	(void)state;
+	const uint64_t size = 32 * MIB;
+	uint64_t seed = test_seed("readahead_truncate_windows");
+	unsigned rounds = test_iters(12, 3);
+	for (unsigned r = 0; r < rounds; r++) {
+		struct env v;
+		uint64_t at = open_windows_held(&v, size, r + 1, &seed);
+		/* Somewhere in the windows ahead, not on a block edge. */
+		uint64_t cut = at + 1 + test_rand_below(&seed, 6 * MIB);
+		assert_int_equal(folio_mapping_truncate(v.m, cut), 0);
+		assert_int_equal(test_mem_stats(v.e).inflight, 0);
+		read_model(&v, at, cut - at, want_cut, &cut);
+		unsigned char b[4096];
+		assert_int_equal(folio_mapping_read(v.m, b, sizeof(b), cut), 0);
+		assert_int_equal(folio_mapping_truncate(v.m, size), 0);
+		read_model(&v, at, size - at, want_cut, &cut);
+		read_model(&v, 0, size, want_cut, &cut);
+		close_polled(&v);
+	}
+}
+
+/* The store after invalidate_windows() rewrote [lo, hi). */
+struct rewrite {
+	uint64_t lo, hi;
+};
+
+static unsigned char want_rewrite(uint64_t pos, const void *arg)
+{
+	const struct rewrite *w = arg;
+	return pos >= w->lo && pos < w->hi ? (unsigned char)(pattern(pos) ^ 0x5a)
+					   : pattern(pos);
+}
+
+/*
+ * Invalidate a range while several windows are in flight over it, after
+ * the store changed there (behind the mapping's back, as another client
+ * of a shared store would): the next reads return the new bytes inside
+ * the range and the old ones around it, whichever contents the windows
+ * in flight saw.
+ */
+static void test_invalidate_windows(void **state)
+{
+	(void)state;
+	const uint64_t size = 32 * MIB;
+	uint64_t seed = test_seed("readahead_invalidate_windows");
+	unsigned rounds = test_iters(12, 3);
+	for (unsigned r = 0; r < rounds; r++) {
+		struct env v;
+		uint64_t at = open_windows_held(&v, size, r + 7, &seed);
+		struct rewrite w;
+		w.lo = at + test_rand_below(&seed, 4 * MIB);
+		w.hi = w.lo + 1 + test_rand_below(&seed, 3 * MIB);
+		unsigned char *nb = malloc((size_t)(w.hi - w.lo));
+		assert_non_null(nb);
+		for (uint64_t p = w.lo; p < w.hi; p++)
+			nb[p - w.lo] = want_rewrite(p, &w);
+		assert_int_equal(folio_engine_mem_poke(v.e, nb,
+						       (size_t)(w.hi - w.lo),
+						       w.lo),
+				 0);
+		free(nb);
+		assert_int_equal(folio_mapping_invalidate(v.m, w.lo,
+							  w.hi - w.lo, 0),
+				 0);
+		assert_int_equal(test_mem_stats(v.e).inflight, 0);
+		read_model(&v, at, size - at, want_rewrite, &w);
+		read_model(&v, 0, size, want_rewrite, &w);
+		close_polled(&v);
+	}
+}
+
 /* A full pool cuts readahead short, and unread readahead folios are the
  * first to go: a hot set read a few times survives, the unread ones
  * count as wasted. */
@@ -533,6 +731,26 @@ static void *reader_main(void *arg)
 	return NULL;
 }
 
+/* n readers at once: reader i reads part (i % streams) of size `part`,
+ * in 4 KiB calls if i < streams, else in calls of `step`. */
+static void run_readers(struct env *v, unsigned n, uint64_t part,
+			unsigned streams, size_t step)
+{
+	enum { MAX_READERS = 8 };
+	pthread_t t[MAX_READERS];
+	struct reader r[MAX_READERS];
+	assert_true(n <= MAX_READERS);
+	for (unsigned i = 0; i < n; i++) {
+		r[i] = (struct reader){v, (i % streams) * part, part,
+				       i < streams ? 4096 : step};
+		assert_int_equal(pthread_create(&t[i], NULL, reader_main,
+						&r[i]),
+				 0);
+	}
+	for (unsigned i = 0; i < n; i++)
+		assert_int_equal(pthread_join(t[i], NULL), 0);
+}
+
 static void test_threads(void **state)
 {
 	(void)state;
@@ -541,24 +759,84 @@ static void test_threads(void **state)
 	env_open(&v, size, 0, 0, NULL);
 	assert_int_equal(folio_engine_mem_set_mode(v.e, FOLIO_MEM_THREAD, 3),
 			 0);
-	enum { N = 6 };
-	pthread_t t[N];
-	struct reader r[N];
-	for (unsigned i = 0; i < N; i++) {
-		/* Four on streams of their own, two on the first one. */
-		uint64_t part = size / 4;
-		r[i] = (struct reader){&v, (i % 4) * part, part,
-				       i < 4 ? 4096 : 16384};
-		assert_int_equal(pthread_create(&t[i], NULL, reader_main,
-						&r[i]),
-				 0);
-	}
-	for (unsigned i = 0; i < N; i++)
-		assert_int_equal(pthread_join(t[i], NULL), 0);
+	/* Four on streams of their own, two on the first one. */
+	run_readers(&v, 6, size / 4, 4, 16384);
 	struct folio_mapping_stats st = test_mapping_stats(v.m);
 	assert_true(st.readahead_bytes > size / 2);
 	assert_true(test_mem_stats(v.e).read_bytes <= size);
 	assert_int_equal(folio_engine_mem_set_mode(v.e, FOLIO_MEM_SYNC, 0), 0);
+	env_close(&v);
+}
+
+/* The other thread of test_threads_mutate(): until the readers are
+ * done, invalidates ranges they read, starts readahead there, and moves
+ * EOF back and forth beyond what they read. */
+struct mutator {
+	struct env *v;
+	uint64_t seed, data; /* readers read [0, data) */
+	atomic_bool stop;
+	unsigned ops;
+};
+
+static void *mutator_main(void *arg)
+{
+	struct mutator *mu = arg;
+	struct folio_mapping *m = mu->v->m;
+	for (unsigned i = 0; !atomic_load(&mu->stop) && i < 100000; i++) {
+		uint64_t pos = test_rand_below(&mu->seed, mu->data);
+		uint64_t len = 1 + test_rand_below(&mu->seed, 4 * MIB);
+		int r;
+		switch (i % 3) {
+		case 0:
+			r = folio_mapping_invalidate(m, pos, len, 0);
+			break;
+		case 1:
+			r = folio_mapping_readahead(m, pos, len);
+			break;
+		default:
+			r = folio_mapping_truncate(
+				m, mu->data + test_rand_below(&mu->seed, MIB));
+			break;
+		}
+		if (r)
+			abort();
+		mu->ops++;
+	}
+	return NULL;
+}
+
+/*
+ * Readers stream through a mapping (each its own part, twice, and two on
+ * the same part) with several windows in flight, completed by the
+ * engine's thread, while another thread invalidates what they read,
+ * reads ahead itself and truncates beyond their part: every byte they
+ * get is the store's (TSan checks the locking in suite 'threads').
+ */
+static void test_threads_mutate(void **state)
+{
+	(void)state;
+	struct env v;
+	const uint64_t data = 24 * MIB;
+	env_open(&v, data, 0, 0, NULL);
+	assert_int_equal(folio_engine_mem_set_mode(v.e, FOLIO_MEM_THREAD, 11),
+			 0);
+	struct mutator mu = {.v = &v, .seed = test_seed("readahead_mutate"),
+			     .data = data};
+	atomic_init(&mu.stop, false);
+	pthread_t mt;
+	assert_int_equal(pthread_create(&mt, NULL, mutator_main, &mu), 0);
+	unsigned passes = test_iters(2, 1);
+	for (unsigned pass = 0; pass < passes; pass++)
+		run_readers(&v, 4, data / 3, 3, 128 * 1024);
+	atomic_store(&mu.stop, true);
+	assert_int_equal(pthread_join(mt, NULL), 0);
+	printf("# mutate: %u invalidates, readaheads and truncates\n", mu.ops);
+	assert_true(mu.ops > 0);
+	assert_true(test_mapping_stats(v.m).readahead_bytes > data / 2);
+	assert_int_equal(folio_engine_mem_set_mode(v.e, FOLIO_MEM_SYNC, 0), 0);
+	/* What the readers did not read is still the store's. */
+	assert_int_equal(folio_mapping_truncate(v.m, data), 0);
+	read_range(&v, 0, data, 64 * 1024);
 	env_close(&v);
 }
 
@@ -577,10 +855,14 @@ int main(void)
 		cmocka_unit_test(test_async_poll),
 		cmocka_unit_test(test_eof),
 		cmocka_unit_test(test_truncate_during),
+		cmocka_unit_test(test_depth),
+		cmocka_unit_test(test_truncate_windows),
+		cmocka_unit_test(test_invalidate_windows),
 		cmocka_unit_test(test_pool_pressure),
 		cmocka_unit_test(test_read_errors),
 		cmocka_unit_test(test_bad_args),
 		cmocka_unit_test(test_threads),
+		cmocka_unit_test(test_threads_mutate),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

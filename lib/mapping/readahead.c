@@ -17,13 +17,22 @@
  * position, so that one engine request covers the read and what comes
  * after; its size is RA_INITIAL_FACTOR times the stride (at least
  * RA_INITIAL_MIN, at most readahead_max). The first folio the reader will
- * reach next gets the readahead mark; a reader reaching a marked folio in
- * its stream's latest window starts the next window right after it, twice
- * as large up to readahead_max, marked at its start. So one window is in
- * flight ahead of the reader while it consumes the one before, as in the
- * kernel's on-demand readahead. A reader that outruns its window (the
- * marked folio was evicted, or the mark sat in a folio that was already
- * cached) starts the next one itself, doubled too.
+ * reach next gets the readahead mark. Every later window starts where the
+ * one before ended, twice as large up to readahead_max, and is marked at
+ * its start. The stream remembers where the windows its reader has not
+ * reached carry their marks (`ahead`); a reader reaching one of them,
+ * either through the marked folio or by a read the cache could not serve
+ * (the window still in flight, so its folios are locked), tops the stream
+ * up: one window beyond the one it entered when the engine completes
+ * requests inside submit() (the reader would only read ahead itself),
+ * RA_DEPTH - 1 when the engine completes them on its own, as the kernel
+ * keeps its next window going while the current one is consumed, here
+ * with several windows so that a device or server with many requests in
+ * flight streams. A mark of an older window or of a forgotten stream
+ * starts nothing. A reader that outruns its windows (the marked folio was
+ * evicted, or the mark sat in a folio that was already cached) starts the
+ * next one itself, doubled too. Bytes ahead of the reader stay within
+ * ra_ahead_cap().
  *
  * A window never waits: existing folios are only trylocked, and dirty,
  * writeback and fully uptodate ones are skipped; new folios are charged
@@ -51,6 +60,13 @@
 /* Reads in a row that must continue a stream before it gets a window:
  * one could be chance (a random read landing just after another). */
 #define RA_CONFIRM 2u
+/* Windows of a stream in flight at once when the engine overlaps them:
+ * the one the reader is in and three more (measured in
+ * doc/benchmarks.md, "Reads"). */
+#define RA_DEPTH MAPPING_RA_DEPTH
+/* Bytes ahead of a reader outside a pool, whatever readahead_max is: a
+ * window of up to 256 MiB still gets one more behind it. */
+#define RA_AHEAD_CAP ((uint64_t)32 << 20)
 
 /* One window in flight: its requests count in group.pending (plus one
  * held by the submitter until it has submitted them all), its folios are
@@ -72,6 +88,7 @@ void mapping_readahead_init(struct folio_mapping *m, uint64_t max)
 		m->ra.max = MAX(MIN(max, m->cache->readahead_max) & ~bmask,
 				bmask + 1);
 	atomic_init(&m->ra.inflight, 0);
+	atomic_init(&m->ra.async, false);
 }
 
 static void ra_finish(struct ra_batch *rb)
@@ -94,15 +111,18 @@ static void ra_finish(struct ra_batch *rb)
 	atomic_fetch_sub(&m->ra.inflight, 1);
 }
 
-static void ra_put(struct ra_batch *rb, int err)
+/* Drop one count of a window; true when that finished it. */
+static bool ra_put(struct ra_batch *rb, int err)
 {
 	if (err) {
 		int none = 0;
 		atomic_compare_exchange_strong(&rb->group.error, &none, err);
 	}
 	if (atomic_fetch_sub_explicit(&rb->group.pending, 1,
-				      memory_order_acq_rel) == 1)
-		ra_finish(rb);
+				      memory_order_acq_rel) != 1)
+		return false;
+	ra_finish(rb);
+	return true;
 }
 
 static void ra_end_io(struct engine_io *rq, ssize_t result)
@@ -112,7 +132,7 @@ static void ra_end_io(struct engine_io *rq, ssize_t result)
 	int err = mapping_read_result(io, result);
 	if (!err)
 		stat_add(&io->m->stats.readahead_bytes, io->base.io.len);
-	ra_put(rb, err);
+	(void)ra_put(rb, err);
 }
 
 static bool ra_keep(struct ra_batch *rb, struct folio *f)
@@ -140,23 +160,24 @@ static bool ra_fillable(const struct folio *f)
 /*
  * Start reading [start, end) without waiting, clamped to where reads
  * take bytes from the store. The first folio the window fills that ends
- * past `mark` gets the readahead mark. *cut is set when the window ended
- * early for lack of room or memory. Caller holds io_lock shared. Returns
- * 0, or -ENOMEM when nothing could be started.
+ * past `mark` gets the readahead mark. Returns where the window got to:
+ * its (clamped) end, or less when it ended early for lack of room or
+ * memory, and then sets *err to -ENOMEM when nothing could be started.
+ * Caller holds io_lock shared.
  */
-static int ra_window(struct folio_mapping *m, uint64_t start, uint64_t end,
-		     uint64_t mark, bool *cut)
+static uint64_t ra_window(struct folio_mapping *m, uint64_t start,
+			  uint64_t end, uint64_t mark, int *err)
 {
 	uint64_t bmask = ((uint64_t)1 << m->block_shift) - 1;
 	start &= ~bmask;
 	end = MIN(end, mapping_read_end(m));
-	*cut = false;
+	*err = 0;
 	if (start >= end)
-		return 0;
+		return end;
 	struct ra_batch *rb = calloc(1, sizeof(*rb));
 	if (!rb) {
-		*cut = true;
-		return -ENOMEM;
+		*err = -ENOMEM;
+		return start;
 	}
 	rb->m = m;
 	io_group_init(&rb->group);
@@ -166,16 +187,15 @@ static int ra_window(struct folio_mapping *m, uint64_t start, uint64_t end,
 	rqb_init(&b, m, FOLIO_IO_READ, &rb->group, ra_end_io);
 	b.keep = true;
 	bool marked = mark >= end;
-	int err = 0;
-	for (uint64_t p = start; p < end && !err;) {
+	int r = 0;
+	uint64_t p = start;
+	while (p < end && !r) {
 		bool locked, created;
 		size_t hint = (size_t)MIN(end - p, (uint64_t)SIZE_MAX);
 		struct folio *f =
-			mapping_grab_nowait(m, p, hint, &locked, &created, &err);
-		if (!f) {
-			*cut = true;
+			mapping_grab_nowait(m, p, hint, &locked, &created, &r);
+		if (!f)
 			break;
-		}
 		uint64_t fend = f->pos + folio_size(f);
 		if (locked && !created && !ra_fillable(f)) {
 			folio_unlock(f);
@@ -189,8 +209,7 @@ static int ra_window(struct folio_mapping *m, uint64_t start, uint64_t end,
 		if (!ra_keep(rb, f)) {
 			folio_unlock(f);
 			folio_put(f);
-			*cut = true;
-			err = -ENOMEM;
+			r = -ENOMEM;
 			break;
 		}
 		bool trigger = !marked && fend > mark;
@@ -198,14 +217,20 @@ static int ra_window(struct folio_mapping *m, uint64_t start, uint64_t end,
 		folio_set_ra_marks(f, trigger, created);
 		size_t off = (size_t)(MAX(p, f->pos) - f->pos);
 		size_t lim = (size_t)(MIN(fend, end) - f->pos);
-		err = mapping_queue_missing(&b, f, off, lim - off);
+		r = mapping_queue_missing(&b, f, off, lim - off);
 		p = fend;
 	}
 	rqb_finish(&b);
 	rb->list = b.submitted;
-	bool none = !rb->nfolios;
-	ra_put(rb, 0);
-	return none && err == -ENOMEM ? err : 0;
+	bool none = !rb->nfolios, sent = rb->list != NULL;
+	/* Finished by this put: every request completed inside submit(). */
+	bool done_inline = ra_put(rb, 0);
+	if (sent)
+		atomic_store_explicit(&m->ra.async, !done_inline,
+				      memory_order_relaxed);
+	if (none && r == -ENOMEM)
+		*err = r;
+	return MIN(p, end);
 }
 
 /*
@@ -228,15 +253,124 @@ static uint64_t ra_set_window(struct mapping_ra_stream *s, uint64_t start,
 	return end;
 }
 
-/* Drop the stream lock, then start the window the caller chose under it
- * (if any): the window's work needs no stream state. */
-static void ra_unlock_start(struct folio_mapping *m, uint64_t start,
-			    uint64_t end, uint64_t mark)
+/* Windows chosen under the stream lock, started after it is dropped
+ * (ra_unlock_start()): their work needs no stream state. */
+struct ra_plan {
+	struct mapping_ra_stream *s; /* the stream they were chosen for */
+	unsigned n;
+	struct {
+		uint64_t start, end, mark;
+	} w[RA_DEPTH];
+};
+
+/* Make the stream's next window, [start, start+size) rounded as
+ * ra_set_window() does, one the reader has not reached, marked at mark. */
+static void ra_plan_add(struct ra_plan *pl, struct mapping_ra_stream *s,
+			uint64_t start, uint64_t size, uint64_t mark)
+{
+	uint64_t end = ra_set_window(s, start, size);
+	pl->s = s;
+	pl->w[pl->n].start = start;
+	pl->w[pl->n].end = end;
+	pl->w[pl->n].mark = mark;
+	pl->n++;
+	s->ahead[s->nahead++] = mark;
+}
+
+/*
+ * Most bytes from a reader's position to the end of its stream's last
+ * window. In a pool, the window being read and the next one must fit
+ * in a quarter of the small queue each (pool.c sets readahead_max so)
+ * or readahead evicts itself unread: two of the largest windows.
+ * Otherwise RA_AHEAD_CAP, but always two windows.
+ */
+static uint64_t ra_ahead_cap(const struct folio_mapping *m)
+{
+	if (m->cache && m->cache->readahead_max)
+		return 2 * m->cache->readahead_max;
+	return MAX(2 * m->ra.max, RA_AHEAD_CAP);
+}
+
+/*
+ * Under the stream lock: start windows after the stream's last until it
+ * has `want` its reader (at `at`) has not reached, none at or past
+ * where reads stop taking bytes from the store and, beyond the first,
+ * none that would put more than ra_ahead_cap() bytes ahead of the
+ * reader.
+ */
+static void ra_top_up_locked(struct folio_mapping *m,
+			     struct mapping_ra_stream *s, uint64_t at,
+			     struct ra_plan *pl)
+{
+	bool async = atomic_load_explicit(&m->ra.async, memory_order_relaxed);
+	unsigned want = async ? RA_DEPTH - 1 : 1;
+	uint64_t stop = mapping_read_end(m), cap = ra_ahead_cap(m);
+	while (s->nahead < want && pl->n < RA_DEPTH && s->win_end < stop) {
+		uint64_t last = s->win_end - s->win_start;
+		/* A window cut to nothing (ra_cut()) starts small again. */
+		uint64_t size = MIN(MAX(last * 2, RA_INITIAL_MIN), m->ra.max);
+		uint64_t start = s->win_end;
+		if (s->nahead && start + size > at + cap)
+			break;
+		ra_plan_add(pl, s, start, size, start);
+	}
+}
+
+/*
+ * Under the stream lock: the stream's reader, at `at`, reached `upto`
+ * (exclusive). The marks of the windows it has entered go; when some
+ * did, it is in a new window and the stream is topped up. Returns
+ * whether some went.
+ */
+static bool ra_reach_locked(struct folio_mapping *m,
+			    struct mapping_ra_stream *s, uint64_t at,
+			    uint64_t upto, struct ra_plan *pl)
+{
+	unsigned k = 0;
+	while (k < s->nahead && s->ahead[k] < upto)
+		k++;
+	if (!k)
+		return false;
+	s->reached = s->ahead[k - 1];
+	s->nahead -= k;
+	memmove(s->ahead, s->ahead + k, s->nahead * sizeof(s->ahead[0]));
+	ra_top_up_locked(m, s, at, pl);
+	return true;
+}
+
+/*
+ * A window of the plan ended early at `got` (the pool had no room, or
+ * memory ran out): what the stream says lies ahead ends there, unless
+ * the stream moved on meanwhile, so that its reader, reaching `got`,
+ * starts a window there itself instead of reading the rest block by
+ * block. The windows after it in the plan are not started.
+ */
+static void ra_cut(struct folio_mapping *m, const struct ra_plan *pl,
+		   unsigned i, uint64_t got)
+{
+	struct mapping_ra_stream *s = pl->s;
+	spin_lock(&m->ra.lock);
+	if (s->live && s->win_end == pl->w[pl->n - 1].end) {
+		s->win_start = pl->w[i].start;
+		s->win_end = MAX(got, pl->w[i].start);
+		while (s->nahead && s->ahead[s->nahead - 1] >= s->win_end)
+			s->nahead--;
+	}
+	spin_unlock(&m->ra.lock);
+}
+
+/* Drop the stream lock, then start the windows the caller planned. */
+static void ra_unlock_start(struct folio_mapping *m, const struct ra_plan *pl)
 {
 	spin_unlock(&m->ra.lock);
-	if (start < end) {
-		bool cut;
-		(void)ra_window(m, start, end, mark, &cut);
+	for (unsigned i = 0; i < pl->n; i++) {
+		int err;
+		uint64_t got = ra_window(m, pl->w[i].start, pl->w[i].end,
+					 pl->w[i].mark, &err);
+		if (got < MIN(pl->w[i].end, mapping_read_end(m))) {
+			ra_cut(m, pl, i, got);
+			break;
+		}
 	}
 }
 
@@ -265,7 +399,8 @@ enum ra_fit {
 	RA_NONE,   /* no stream: it takes a slot of its own */
 	RA_MAYBE,  /* a stream's second read, a little after its first */
 	RA_NEXT,   /* continues a stream, contiguous or at its stride */
-	RA_INSIDE, /* lands in a stream's latest window or at its end */
+	RA_INSIDE, /* lands in a window of the stream its reader entered or
+		    * has not reached yet, or at the end of its last */
 };
 
 /*
@@ -286,7 +421,7 @@ static struct mapping_ra_stream *ra_match_locked(struct mapping_ra *ra,
 		enum ra_fit f = RA_NONE;
 		if (pos == t->next || (t->stride && pos == t->prev + t->stride))
 			f = RA_NEXT;
-		else if (t->win_end && pos >= t->win_start && pos <= t->win_end)
+		else if (t->win_end && pos >= t->reached && pos <= t->win_end)
 			f = RA_INSIDE;
 		else if (!t->stride && pos > t->next &&
 			 pos - t->prev <= (uint64_t)len * RA_MAX_STRIDE)
@@ -309,7 +444,7 @@ void mapping_readahead_on_read(struct folio_mapping *m, uint64_t pos,
 	if ((m->flags & FOLIO_MAPPING_NO_READAHEAD) || !len)
 		return;
 	struct mapping_ra *ra = &m->ra;
-	uint64_t start = 0, end = 0, mark = 0;
+	struct ra_plan pl = {.n = 0};
 	spin_lock(&ra->lock);
 	enum ra_fit fit;
 	struct mapping_ra_stream *s = ra_match_locked(ra, pos, len, &fit);
@@ -325,23 +460,30 @@ void mapping_readahead_on_read(struct folio_mapping *m, uint64_t pos,
 	s->next = pos + len;
 	s->used = ++ra->clock;
 	if (s->seq >= RA_CONFIRM && pos + len > s->win_end) {
+		/* Outran every window: the next starts at the read. */
 		uint64_t last = s->win_end - s->win_start;
 		uint64_t size = last ? MIN(last * 2, m->ra.max)
 				     : ra_initial(m, MAX(s->stride, len));
-		start = MAX(pos, s->win_end);
-		end = ra_set_window(s, start, size);
-		mark = pos + s->stride;
+		uint64_t start = MAX(pos, s->win_end);
+		s->nahead = 0;
+		s->reached = start;
+		ra_plan_add(&pl, s, start, size, pos + s->stride);
+	} else if (s->seq >= RA_CONFIRM) {
+		/* A window the cache could not serve yet (in flight) was
+		 * reached all the same: go on without waiting for it. */
+		(void)ra_reach_locked(m, s, pos, pos + len, &pl);
 	}
-	ra_unlock_start(m, start, end, mark);
+	ra_unlock_start(m, &pl);
 }
 
-/* The live stream whose latest window holds [pos, fend). */
+/* The live stream whose windows not reached yet include f's mark. */
 static struct mapping_ra_stream *ra_owner(struct mapping_ra *ra, uint64_t pos,
 					  uint64_t fend)
 {
 	for (unsigned i = 0; i < MAPPING_RA_STREAMS; i++) {
 		struct mapping_ra_stream *t = &ra->s[i];
-		if (t->live && pos < t->win_end && fend > t->win_start)
+		if (t->live && t->nahead && pos < t->win_end &&
+		    fend > t->ahead[0])
 			return t;
 	}
 	return NULL;
@@ -359,18 +501,15 @@ void mapping_readahead_reached(struct folio_mapping *m, struct folio *f)
 	    (m->flags & FOLIO_MAPPING_NO_READAHEAD))
 		return;
 	struct mapping_ra *ra = &m->ra;
-	uint64_t start = 0, end = 0;
+	struct ra_plan pl = {.n = 0};
 	spin_lock(&ra->lock);
-	/* A mark of an older window, or of a stream forgotten since (it
-	 * turned random), starts nothing. */
-	struct mapping_ra_stream *s =
-		ra_owner(ra, f->pos, f->pos + folio_size(f));
-	if (s) {
-		uint64_t size = MIN((s->win_end - s->win_start) * 2, m->ra.max);
-		start = s->win_end;
-		end = ra_set_window(s, start, size);
-	}
-	ra_unlock_start(m, start, end, start);
+	/* A mark of a window already reached, or of a stream forgotten
+	 * since (it turned random), starts nothing. */
+	uint64_t fend = f->pos + folio_size(f);
+	struct mapping_ra_stream *s = ra_owner(ra, f->pos, fend);
+	if (s)
+		(void)ra_reach_locked(m, s, f->pos, fend, &pl);
+	ra_unlock_start(m, &pl);
 }
 
 void mapping_readahead_forget(struct folio_mapping *m, struct folio *f)
@@ -414,11 +553,11 @@ int folio_mapping_readahead(struct folio_mapping *m, uint64_t pos,
 	 * locked only until its own requests complete. */
 	for (uint64_t p = pos; p < end;) {
 		uint64_t n = MIN(m->ra.max, end - p);
-		bool cut;
-		int r = ra_window(m, p, p + n, UINT64_MAX, &cut);
+		int r;
+		uint64_t got = ra_window(m, p, p + n, UINT64_MAX, &r);
 		if (p == pos)
 			err = r;
-		if (cut)
+		if (got < MIN(p + n, mapping_read_end(m)))
 			break;
 		p += n;
 	}

@@ -16,9 +16,10 @@ void mapping_readahead_init(struct folio_mapping *m, uint64_t max);
 /*
  * A read of [pos, pos+len) (len already clamped to EOF) is about to run,
  * holding io_lock shared and no folio lock: learn from it which streams
- * there are and, when it continues one beyond its window, start the next
- * window at pos without waiting for it (the read then waits for those
- * folios like for any locked folio).
+ * there are and, when it continues one beyond its windows, start the
+ * next window at pos without waiting for it (the read then waits for
+ * those folios like for any locked folio); when it enters a window of
+ * its stream still in flight, start the windows after it first.
  */
 void mapping_readahead_on_read(struct folio_mapping *m, uint64_t pos,
 			       size_t len);
