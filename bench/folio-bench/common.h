@@ -128,6 +128,9 @@ const char *bench_fmt_size(char *buf, size_t len, uint64_t v);
 
 /* Monotonic time in nanoseconds. */
 uint64_t bench_now_ns(void);
+/* The process's resident bytes now (/proc/self/statm), 0 when
+ * unreadable. */
+double bench_rss_bytes(void);
 /* Sleep until bench_now_ns() >= t. */
 void bench_sleep_until(uint64_t t);
 
@@ -201,6 +204,10 @@ struct bench_engine {
 int bench_engine_open(struct bench_ctx *c, struct bench_engine *be,
 		      enum bench_engine_kind kind, int fd, uint64_t capacity);
 void bench_engine_close(struct bench_engine *be);
+/* An engine that completes each request inside submit() and moves no
+ * bytes to any store: reads see zeros, writes vanish, flushes succeed. What
+ * a workload over it costs is the library's own work. 0 / -errno. */
+int bench_inline_engine(struct folio_engine **out);
 /* --engine rados (bench_rados.c): an engine over a fresh striped object;
  * removing what a RADOS engine stored (nothing for other engines). */
 int bench_rados_engine(struct folio_engine **out);
