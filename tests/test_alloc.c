@@ -281,11 +281,11 @@ static void test_coalesce_to_chunk(void **state)
 	assert_non_null(first);
 	struct alloc_stats st = stats_of(a);
 	assert_int_equal(st.chunks, 1);
-	const size_t hdr_pages = st.header_bytes / ALLOC_PAGE_SIZE;
-	assert_true(hdr_pages >= 1 && hdr_pages <= 4);
-	/* The header is 16 bytes a page and some list heads. */
-	assert_true(st.header_bytes <= 3 * ALLOC_PAGE_SIZE);
-	const size_t per_chunk = ALLOC_CHUNK_PAGES - hdr_pages;
+	/* The header is 16 bytes a page and some list heads, and only the
+	 * pages holding descriptors written so far are resident. */
+	assert_true(st.header_bytes >= ALLOC_PAGE_SIZE &&
+		    st.header_bytes <= ALLOC_CHUNK_HDR_PAGES * ALLOC_PAGE_SIZE);
+	const size_t per_chunk = ALLOC_CHUNK_PAGES - ALLOC_CHUNK_HDR_PAGES;
 	void **blocks = calloc(per_chunk, sizeof(*blocks));
 	assert_non_null(blocks);
 	blocks[0] = first;
@@ -383,6 +383,7 @@ static bool all_zero(const char *p, size_t n)
 			return false;
 	return true;
 }
+
 
 /* Fragmenting frees (every other 64 KiB block of several chunks: no hole
  * merges) keep at most about ALLOC_FREE_RESIDENT_MAX of free memory
@@ -745,6 +746,77 @@ static void test_folio_rss(void **state)
 	free(fs);
 }
 
+/* A chunk cut into 64 KiB blocks, with the slab of their folio headers
+ * beside its header, writes only the header's first page: the other
+ * header pages stay out of RSS (mincore()) and out of header_bytes. A
+ * spare chunk reused has a whole header, cleared. */
+static void test_header_pages(void **state)
+{
+	struct fixture *fx = *state;
+	struct alloc_arena *a = &fx->arena;
+	const unsigned c64k = alloc_data_class(64 * KIB);
+	const unsigned cmeta = alloc_meta_class(72);
+	enum { N = ALLOC_CHUNK_SIZE / (64 * KIB) - 1 };
+	char *blk[N], *meta[N];
+	for (int i = 0; i < N; i++) {
+		blk[i] = alloc_obj(a, NULL, c64k, NULL);
+		meta[i] = alloc_obj(a, NULL, cmeta, NULL);
+		assert_non_null(blk[i]);
+		assert_non_null(meta[i]);
+		memset(blk[i], 1, 64 * KIB);
+		memset(meta[i], 1, 72);
+	}
+	struct alloc_stats st = stats_of(a);
+	assert_int_equal(st.chunks, 1);
+	assert_int_equal(st.header_bytes, ALLOC_PAGE_SIZE);
+	const char *hdr = (const char *)((uintptr_t)blk[0] &
+					 ~(uintptr_t)(ALLOC_CHUNK_SIZE - 1));
+	for (int i = 0; i < N; i++)
+		assert_ptr_equal((uintptr_t)blk[i] & ~(uintptr_t)(ALLOC_CHUNK_SIZE - 1),
+				 hdr);
+	assert_int_equal(resident_pages(hdr, ALLOC_CHUNK_HDR_PAGES * 4096), 1);
+	/* Small blocks further in need the other header pages. */
+	const unsigned c4k = alloc_data_class(4096);
+	for (int i = 0; i < N; i++)
+		alloc_obj_free(a, NULL, c64k, blk[i]);
+	/* Past the first ~200 descriptor slots: into the second page. */
+	enum { NSMALL = 256 };
+	void *small[NSMALL];
+	for (int i = 0; i < NSMALL; i++) {
+		small[i] = alloc_obj(a, NULL, c4k, NULL);
+		assert_non_null(small[i]);
+	}
+	st = stats_of(a);
+	assert_int_equal(st.chunks, 1);
+	assert_true(st.header_bytes > ALLOC_PAGE_SIZE);
+	assert_int_equal(st.header_bytes,
+			 resident_pages(hdr, ALLOC_CHUNK_HDR_PAGES * 4096) *
+				 ALLOC_PAGE_SIZE);
+	for (int i = 0; i < NSMALL; i++)
+		alloc_obj_free(a, NULL, c4k, small[i]);
+	for (int i = 0; i < N; i++)
+		alloc_obj_free(a, NULL, cmeta, meta[i]);
+	st = stats_of(a);
+	assert_int_equal(st.chunks, 0);
+	assert_int_equal(st.spare_chunks, 1);
+	/* The spare comes back as a chunk with an empty header: blocks of
+	 * every order come out of it again, disjoint. */
+	struct obj objs[2 * N];
+	for (int i = 0; i < N; i++) {
+		objs[2 * i] = (struct obj){alloc_obj(a, NULL, c64k, NULL),
+					   64 * KIB, c64k};
+		objs[2 * i + 1] = (struct obj){alloc_obj(a, NULL, c4k, NULL),
+					       4096, c4k};
+		assert_non_null(objs[2 * i].p);
+		assert_non_null(objs[2 * i + 1].p);
+	}
+	st = stats_of(a);
+	assert_true(st.header_bytes >= ALLOC_CHUNK_HDR_PAGES * ALLOC_PAGE_SIZE);
+	check_disjoint(objs, 2 * N);
+	for (int i = 0; i < 2 * N; i++)
+		alloc_obj_free(a, NULL, objs[i].cls, objs[i].p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -756,6 +828,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_chunks_unmapped, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_zeroed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_header_pages, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_free_resident_bound, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_tcache_batches, setup,

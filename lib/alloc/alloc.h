@@ -28,6 +28,9 @@
 #define ALLOC_CHUNK_SHIFT 21u
 #define ALLOC_CHUNK_SIZE ((size_t)1 << ALLOC_CHUNK_SHIFT)
 #define ALLOC_CHUNK_PAGES (1u << (ALLOC_CHUNK_SHIFT - ALLOC_PAGE_SHIFT))
+/* A chunk's first pages hold its header; only those written are resident
+ * (alloc_stats.header_bytes). */
+#define ALLOC_CHUNK_HDR_PAGES 3u
 
 /* Data blocks: powers of two, naturally aligned. */
 #define ALLOC_MIN_DATA 512u
@@ -112,7 +115,7 @@ struct alloc_stats {
 	size_t meta_bytes;    /* metadata objects handed out (class sizes) */
 	size_t cached_data_bytes; /* of data_bytes, in thread caches */
 	size_t cached_meta_bytes; /* of meta_bytes, in thread caches */
-	size_t header_bytes;  /* chunk headers (page descriptors) */
+	size_t header_bytes;  /* chunk header pages written (resident) */
 	size_t slab_bytes;    /* pages holding slabs (data < 4 KiB, meta) */
 	size_t slab_object_bytes; /* of slab_bytes, objects handed out */
 	size_t free_resident_bytes; /* free blocks in chunks in use that keep
