@@ -20,6 +20,7 @@
 static uint64_t nfolios = 1u << 14;
 static uint64_t nlarge = 512;
 static uint64_t stride = 1;
+static uint64_t turnover;
 static struct bench_list sizes = {3, {4 * KIB, 64 * KIB, 2 * MIB}};
 
 static struct bench_xopt xopts[] = {
@@ -31,6 +32,10 @@ static struct bench_xopt xopts[] = {
 	{.name = "stride", .type = BENCH_X_UINT, .var = &stride,
 	 .metavar = "K", .help = "cache every K-th folio of the file (1: "
 				 "all, a dense cache; more: scattered)"},
+	{.name = "turnover", .type = BENCH_X_UINT, .var = &turnover,
+	 .metavar = "K", .help = "read K times more folios than the budget "
+				 "holds first: the steady state of a cache "
+				 "that evicts (ghosts, free memory)"},
 	{.name = "sizes", .type = BENCH_X_SIZES, .var = &sizes,
 	 .metavar = "LIST", .help = "folio sizes, one child process each"},
 	{0},
@@ -68,6 +73,9 @@ static int read_folio(struct folio_mapping *m, void *buf, uint64_t size,
 static int cache_folios(const struct bench_opts *o, uint64_t size,
 			uint64_t n, struct meta_result *res)
 {
+	/* The pool holds n folios (budget), and n * (1 + turnover) go
+	 * through it. */
+	uint64_t total = n * (1 + turnover);
 	struct folio_engine *e = NULL;
 	struct folio_pool *p = NULL;
 	struct folio_mapping *m = NULL;
@@ -87,7 +95,7 @@ static int cache_folios(const struct bench_opts *o, uint64_t size,
 							   : size,
 			.min_folio_size = size,
 			.max_folio_size = size,
-			.size = (n * stride + 1) * size,
+			.size = (total * stride + 1) * size,
 			.flags = FOLIO_MAPPING_NO_READAHEAD,
 			.engine = e,
 			.pool = p,
@@ -97,17 +105,17 @@ static int cache_folios(const struct bench_opts *o, uint64_t size,
 	/* The first folio makes what any cache has, whatever its size (the
 	 * index root, the first chunk, the pool's first node block). */
 	if (!err)
-		err = read_folio(m, buf, size, n);
+		err = read_folio(m, buf, size, total);
 	double d0 = 0, m0 = 0, a0 = 0, d1 = 0, m1 = 0, a1 = 0, r0 = 0, r1 = 0;
 	if (!err)
 		err = pool_figures(p, &d0, &m0, &a0);
 	r0 = bench_rss_bytes();
-	for (uint64_t i = 0; i < n && !err; i++) {
+	for (uint64_t i = 0; i < total && !err; i++) {
 		err = read_folio(m, buf, size, i);
 		if (!(i & 1023))
 			bench_progress("meta: %llu/%llu folios",
 				       (unsigned long long)i,
-				       (unsigned long long)n);
+				       (unsigned long long)total);
 	}
 	bench_progress_done();
 	r1 = bench_rss_bytes();
