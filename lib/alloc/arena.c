@@ -10,13 +10,16 @@
  * Chunks. Address space comes in 2 MiB regions aligned to 2 MiB (map
  * 2 MiB; if the kernel placed it unaligned, map 4 MiB and trim), so the
  * region of any block is its address rounded down, with no lookup. A
- * region is used one of two ways:
+ * region is used one of three ways:
  *  - as a 2 MiB data block of its own (no header at all, so a 2 MiB folio
  *    costs exactly 2 MiB; MADV_HUGEPAGE when the arena asks for it);
+ *  - as a run of blocks of one order, 64 KiB .. 1 MiB, described outside
+ *    the region (run.c);
  *  - as a chunk: a header in its first pages (struct alloc_chunk: list
  *    links and one 16-byte descriptor per page, the kernel's struct page
  *    idea), the rest split by a buddy allocator into blocks of 4 KiB ..
- *    1 MiB.
+ *    1 MiB, of which callers get those below 64 KiB and slabs (and the
+ *    thread caches their own pages).
  *
  * Descriptors, not free-list nodes inside free blocks: the allocator never
  * writes to free memory, so pages nobody allocated stay untouched (never
@@ -300,7 +303,7 @@ fail:
 	return NULL;
 }
 
-static void *region_get(struct alloc_arena *a, bool *fresh)
+void *alloc_region_get(struct alloc_arena *a, bool *fresh)
 {
 	if (a->nspare) {
 		*fresh = false;
@@ -310,7 +313,7 @@ static void *region_get(struct alloc_arena *a, bool *fresh)
 	return region_map(a);
 }
 
-static void region_put(struct alloc_arena *a, void *p)
+void alloc_region_put(struct alloc_arena *a, void *p)
 {
 	if (a->nspare < ALLOC_SPARE_MAX)
 		a->spare[a->nspare++] = p;
@@ -354,6 +357,8 @@ static size_t trim_free_blocks(struct alloc_arena *a, size_t target)
 	size_t given = 0;
 	for (unsigned o = ALLOC_BUDDY_ORDERS; o-- > ALLOC_TRIM_MIN_ORDER;) {
 		size_t len = (size_t)ALLOC_PAGE_SIZE << o;
+		if (o >= ALLOC_RUN_MIN_ORDER)
+			given += alloc_run_trim(a, o, target);
 		if (sys_page <= 0 || len < (size_t)sys_page)
 			continue;
 		for (struct alloc_chunk *c = a->head[o]; c;
@@ -390,7 +395,7 @@ static void bound_free_resident(struct alloc_arena *a)
 static struct alloc_chunk *chunk_new(struct alloc_arena *a)
 {
 	bool fresh;
-	struct alloc_chunk *c = region_get(a, &fresh);
+	struct alloc_chunk *c = alloc_region_get(a, &fresh);
 	if (!c)
 		return NULL;
 	check_internal(c, HDR_PAGES * ALLOC_PAGE_SIZE);
@@ -425,7 +430,7 @@ static void chunk_release(struct alloc_arena *a, struct alloc_chunk *c)
 	clist_del(a, ALLOC_LIST_ALL, c);
 	a->nchunks--;
 	check_free_region(c, ALLOC_CHUNK_SIZE);
-	region_put(a, c);
+	alloc_region_put(a, c);
 }
 
 static void *buddy_alloc(struct alloc_arena *a, unsigned order, bool *zero)
@@ -554,7 +559,7 @@ static void slab_free(struct alloc_arena *a, unsigned cls, void *p)
 
 static void *huge_alloc(struct alloc_arena *a, bool *zero)
 {
-	void *p = region_get(a, zero);
+	void *p = alloc_region_get(a, zero);
 	if (!p)
 		return NULL;
 	if (a->flags & ALLOC_HUGEPAGE)
@@ -566,7 +571,7 @@ static void *huge_alloc(struct alloc_arena *a, bool *zero)
 static void huge_free(struct alloc_arena *a, void *p)
 {
 	a->nhuge--;
-	region_put(a, p);
+	alloc_region_put(a, p);
 }
 
 /* ---- the arena's interface (the callers in tcache.c hold the lock) ---- */
@@ -577,6 +582,9 @@ void *alloc_arena_take(struct alloc_arena *a, unsigned cls)
 	bool zero = false;
 	if (cls < ALLOC_NSLAB)
 		p = slab_alloc(a, cls);
+	else if (cls >= ALLOC_NSLAB + ALLOC_RUN_MIN_ORDER &&
+		 cls < ALLOC_NCLASSES - 1)
+		p = alloc_run_take(a, cls - ALLOC_NSLAB, &zero);
 	else if (cls < ALLOC_NCLASSES - 1)
 		p = buddy_alloc(a, cls - ALLOC_NSLAB, &zero);
 	else
@@ -592,7 +600,11 @@ void alloc_arena_give(struct alloc_arena *a, unsigned cls, void *p)
 	a->out[cls]--;
 	if (cls < ALLOC_NSLAB)
 		slab_free(a, cls, p);
-	else if (cls < ALLOC_NCLASSES - 1)
+	else if (cls >= ALLOC_NSLAB + ALLOC_RUN_MIN_ORDER &&
+		 cls < ALLOC_NCLASSES - 1) {
+		alloc_run_give(a, cls - ALLOC_NSLAB, p);
+		bound_free_resident(a);
+	} else if (cls < ALLOC_NCLASSES - 1)
 		buddy_free(a, p, cls - ALLOC_NSLAB);
 	else
 		huge_free(a, p);
@@ -653,7 +665,7 @@ int alloc_arena_destroy(struct alloc_arena *a)
 	bool busy = a->tcaches != NULL;
 	for (unsigned cls = 0; cls < ALLOC_NCLASSES; cls++)
 		busy |= a->out[cls] != 0;
-	if (busy || a->nchunks) {
+	if (busy || a->nchunks || a->nruns) {
 		pthread_mutex_unlock(&a->lock);
 		return -EBUSY;
 	}
@@ -662,6 +674,7 @@ int alloc_arena_destroy(struct alloc_arena *a)
 		check_free_region(p, ALLOC_CHUNK_SIZE);
 		unmap(a, p, ALLOC_CHUNK_SIZE);
 	}
+	alloc_run_destroy(a);
 	pthread_mutex_unlock(&a->lock);
 	pthread_mutex_destroy(&a->lock);
 	return 0;
@@ -674,7 +687,8 @@ void alloc_arena_stats(struct alloc_arena *a, struct alloc_stats *st)
 	st->chunks = a->nchunks;
 	st->huge_blocks = a->nhuge;
 	st->spare_chunks = a->nspare;
-	st->mapped_bytes = (a->nchunks + a->nhuge + a->nspare) *
+	st->runs = a->nruns;
+	st->mapped_bytes = (a->nchunks + a->nhuge + a->nspare + a->nruns) *
 			   ALLOC_CHUNK_SIZE;
 	for (unsigned cls = 0; cls < ALLOC_NCLASSES; cls++) {
 		size_t bytes = a->out[cls] * alloc_class_size(cls);
@@ -694,6 +708,7 @@ void alloc_arena_stats(struct alloc_arena *a, struct alloc_stats *st)
 				st->slab_bytes += (size_t)ALLOC_PAGE_SIZE
 						  << pd_of(c, pg)->order;
 	}
+	st->header_bytes += alloc_run_header_bytes(a);
 	st->internal_bytes = a->internal_bytes;
 	st->free_resident_bytes = a->free_resident;
 	alloc_arena_cached_bytes(a, &st->cached_data_bytes, &st->cached_meta_bytes);
