@@ -1802,7 +1802,7 @@ struct folio_pool_stats {
 	uint64_t thread_cache_bytes;
 	/* Added later. The library allocator's own resident pages, for the
 	 * whole process: the headers describing each 2 MiB chunk of folio
-	 * memory (12 KiB a chunk), the unused rest of pages that hold small
+	 * memory (4 to 12 KiB a chunk of small blocks), the unused rest of pages that hold small
 	 * objects (folio headers among them), free folio memory that keeps
 	 * its pages for reuse (at most about 2 MiB inside chunks in use, and
 	 * up to two wholly free 2 MiB chunks). Outside every budget, like

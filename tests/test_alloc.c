@@ -281,11 +281,11 @@ static void test_coalesce_to_chunk(void **state)
 	assert_non_null(first);
 	struct alloc_stats st = stats_of(a);
 	assert_int_equal(st.chunks, 1);
-	const size_t hdr_pages = st.header_bytes / ALLOC_PAGE_SIZE;
-	assert_true(hdr_pages >= 1 && hdr_pages <= 4);
-	/* The header is 16 bytes a page and some list heads. */
-	assert_true(st.header_bytes <= 3 * ALLOC_PAGE_SIZE);
-	const size_t per_chunk = ALLOC_CHUNK_PAGES - hdr_pages;
+	/* The header is 16 bytes a page and some list heads, and only the
+	 * pages holding descriptors written so far are resident. */
+	assert_true(st.header_bytes >= ALLOC_PAGE_SIZE &&
+		    st.header_bytes <= ALLOC_CHUNK_HDR_PAGES * ALLOC_PAGE_SIZE);
+	const size_t per_chunk = ALLOC_CHUNK_PAGES - ALLOC_CHUNK_HDR_PAGES;
 	void **blocks = calloc(per_chunk, sizeof(*blocks));
 	assert_non_null(blocks);
 	blocks[0] = first;
@@ -316,13 +316,16 @@ static void test_coalesce_to_chunk(void **state)
 	st = stats_of(a);
 	assert_int_equal(st.spare_chunks, MIN(2, ALLOC_SPARE_MAX));
 	assert_int_equal(st.data_bytes, 0);
-	/* The largest block a chunk holds is 1 MiB: after coalescing, one
-	 * chunk serves one again, from a spare, without mapping. */
+	/* A spare serves any other use: a run of 1 MiB blocks, without
+	 * mapping. */
 	maps = fx->mock.maps;
 	void *big = alloc_obj(a, NULL, alloc_data_class(MIB), NULL);
 	assert_non_null(big);
 	assert_int_equal(fx->mock.maps, maps);
-	assert_int_equal(stats_of(a).chunks, 1);
+	st = stats_of(a);
+	assert_int_equal(st.chunks, 0);
+	assert_int_equal(st.runs, 1);
+	assert_int_equal(st.spare_chunks, MIN(2, ALLOC_SPARE_MAX) - 1);
 	alloc_obj_free(a, NULL, alloc_data_class(MIB), big);
 	free(blocks);
 }
@@ -335,26 +338,32 @@ static void test_chunks_unmapped(void **state)
 	struct alloc_arena *a = &fx->arena;
 	const unsigned c2m = alloc_data_class(2 * MIB), c1m = alloc_data_class(MIB);
 	enum { N = 5 };
-	char *huge[N], *big[N];
+	/* Two 1 MiB blocks fill a run's region. */
+	char *huge[N], *big[2 * N];
 	for (int i = 0; i < N; i++) {
 		huge[i] = alloc_obj(a, NULL, c2m, NULL);
-		big[i] = alloc_obj(a, NULL, c1m, NULL);
 		assert_non_null(huge[i]);
-		assert_non_null(big[i]);
 		memset(huge[i], 1, 2 * MIB);
-		memset(big[i], 1, MIB);
+		for (int k = 2 * i; k < 2 * i + 2; k++) {
+			big[k] = alloc_obj(a, NULL, c1m, NULL);
+			assert_non_null(big[k]);
+			memset(big[k], 1, MIB);
+		}
+		assert_ptr_equal(big[2 * i] + MIB, big[2 * i + 1]);
 	}
 	struct alloc_stats st = stats_of(a);
 	assert_int_equal(st.huge_blocks, N);
-	assert_int_equal(st.chunks, N);
+	assert_int_equal(st.runs, N);
+	assert_int_equal(st.chunks, 0);
 	assert_int_equal(st.mapped_bytes, 2 * N * ALLOC_CHUNK_SIZE);
 	assert_int_equal(fx->mock.mapped, st.mapped_bytes);
 	for (int i = 0; i < N; i++) {
 		alloc_obj_free(a, NULL, c2m, huge[i]);
-		alloc_obj_free(a, NULL, c1m, big[i]);
+		alloc_obj_free(a, NULL, c1m, big[2 * i + 1]);
+		alloc_obj_free(a, NULL, c1m, big[2 * i]);
 	}
 	st = stats_of(a);
-	assert_int_equal(st.chunks + st.huge_blocks, 0);
+	assert_int_equal(st.chunks + st.huge_blocks + st.runs, 0);
 	assert_int_equal(st.spare_chunks, ALLOC_SPARE_MAX);
 	assert_int_equal(fx->mock.mapped, ALLOC_SPARE_MAX * ALLOC_CHUNK_SIZE);
 	unsigned gone = 0;
@@ -364,7 +373,7 @@ static void test_chunks_unmapped(void **state)
 		if (mincore(huge[i], 4096, vec) && errno == ENOMEM)
 			gone++;
 		errno = 0;
-		if (mincore(big[i], 4096, vec) && errno == ENOMEM)
+		if (mincore(big[2 * i], 4096, vec) && errno == ENOMEM)
 			gone++;
 	}
 	assert_int_equal(gone, 2 * N - ALLOC_SPARE_MAX);
@@ -383,6 +392,7 @@ static bool all_zero(const char *p, size_t n)
 			return false;
 	return true;
 }
+
 
 /* Fragmenting frees (every other 64 KiB block of several chunks: no hole
  * merges) keep at most about ALLOC_FREE_RESIDENT_MAX of free memory
@@ -404,7 +414,7 @@ static void test_free_resident_bound(void **state)
 	struct fixture *fx = *state;
 	struct alloc_arena *a = &fx->arena;
 	const unsigned c64k = alloc_data_class(64 * KIB);
-	enum { N = 160 }; /* six chunks */
+	enum { N = 160 }; /* five runs */
 	char *b[N];
 	for (int i = 0; i < N; i++) {
 		b[i] = alloc_obj(a, NULL, c64k, NULL);
@@ -441,9 +451,9 @@ static void test_free_resident_bound(void **state)
 	assert_int_equal(stats_of(a).free_resident_bytes, 0);
 	for (int i = 0; i < N; i++)
 		alloc_obj_free(a, NULL, c64k, b[i]);
-	/* Chunks wholly free leave the count (spares are reported apart). */
+	/* Runs wholly free leave the count (spares are reported apart). */
 	struct alloc_stats st = stats_of(a);
-	assert_int_equal(st.chunks, 0);
+	assert_int_equal(st.chunks + st.runs, 0);
 	assert_int_equal(st.free_resident_bytes, 0);
 }
 
@@ -745,6 +755,79 @@ static void test_folio_rss(void **state)
 	free(fs);
 }
 
+/* A chunk holding only the slab beside its header (folio headers, say,
+ * while the folios' data is in runs) writes only the header's first
+ * page: the other header pages stay out of RSS (mincore()) and out of
+ * header_bytes; small blocks further in need them. A spare reused as a
+ * chunk has a whole header, cleared. 64 KiB blocks come from runs, whose
+ * regions have no header at all. */
+static void test_header_pages(void **state)
+{
+	struct fixture *fx = *state;
+	struct alloc_arena *a = &fx->arena;
+	const unsigned c64k = alloc_data_class(64 * KIB);
+	const unsigned cmeta = alloc_meta_class(72);
+	enum { N = ALLOC_CHUNK_SIZE / (64 * KIB) };
+	char *blk[N], *meta[N];
+	for (int i = 0; i < N; i++) {
+		blk[i] = alloc_obj(a, NULL, c64k, NULL);
+		meta[i] = alloc_obj(a, NULL, cmeta, NULL);
+		assert_non_null(blk[i]);
+		assert_non_null(meta[i]);
+		memset(blk[i], 1, 64 * KIB);
+		memset(meta[i], 1, 72);
+	}
+	struct alloc_stats st = stats_of(a);
+	assert_int_equal(st.chunks, 1);
+	assert_int_equal(st.runs, 1);
+	/* One header page, and the run's description (well under 1 KiB). */
+	assert_int_equal(st.header_bytes / ALLOC_PAGE_SIZE, 1);
+	assert_true(st.header_bytes % ALLOC_PAGE_SIZE < 1024);
+	const uintptr_t cmask = ~(uintptr_t)(ALLOC_CHUNK_SIZE - 1);
+	const char *hdr = (const char *)((uintptr_t)meta[0] & cmask);
+	/* All 32 blocks in one region, and the slab in another. */
+	for (int i = 0; i < N; i++)
+		assert_int_equal((uintptr_t)blk[i] & cmask,
+				 (uintptr_t)blk[0] & cmask);
+	assert_true(((uintptr_t)blk[0] & cmask) != (uintptr_t)hdr);
+	assert_int_equal(resident_pages(hdr, ALLOC_CHUNK_HDR_PAGES * 4096), 1);
+	/* Past the first ~200 descriptor slots: into the second page. */
+	const unsigned c4k = alloc_data_class(4096);
+	enum { NSMALL = 256 };
+	void *small[NSMALL];
+	for (int i = 0; i < NSMALL; i++) {
+		small[i] = alloc_obj(a, NULL, c4k, NULL);
+		assert_non_null(small[i]);
+	}
+	st = stats_of(a);
+	assert_int_equal(st.chunks, 1);
+	assert_true(st.header_bytes / ALLOC_PAGE_SIZE > 1);
+	assert_int_equal(st.header_bytes / ALLOC_PAGE_SIZE,
+			 resident_pages(hdr, ALLOC_CHUNK_HDR_PAGES * 4096));
+	for (int i = 0; i < NSMALL; i++)
+		alloc_obj_free(a, NULL, c4k, small[i]);
+	for (int i = 0; i < N; i++) {
+		alloc_obj_free(a, NULL, cmeta, meta[i]);
+		alloc_obj_free(a, NULL, c64k, blk[i]);
+	}
+	st = stats_of(a);
+	assert_int_equal(st.chunks + st.runs, 0);
+	assert_int_equal(st.spare_chunks, 2);
+	/* A spare (it held 64 KiB blocks) comes back as a chunk with an
+	 * empty header: blocks come out of it again, disjoint. */
+	enum { NOBJ = 2 * N };
+	struct obj objs[NOBJ];
+	for (int i = 0; i < NOBJ; i++) {
+		objs[i] = (struct obj){alloc_obj(a, NULL, c4k, NULL), 4096, c4k};
+		assert_non_null(objs[i].p);
+	}
+	st = stats_of(a);
+	assert_int_equal(st.header_bytes / ALLOC_PAGE_SIZE, ALLOC_CHUNK_HDR_PAGES);
+	check_disjoint(objs, NOBJ);
+	for (int i = 0; i < NOBJ; i++)
+		alloc_obj_free(a, NULL, objs[i].cls, objs[i].p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -756,6 +839,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_chunks_unmapped, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_zeroed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_header_pages, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_free_resident_bound, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_tcache_batches, setup,

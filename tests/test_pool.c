@@ -1118,6 +1118,18 @@ static void test_scan_resistance(void **state)
 	env_close(&v);
 }
 
+/* Read folio 0 of mapping 0 (folios of F bytes, a 1 MiB pool), then push
+ * it out with 24 other folios read once each: its key is a ghost. */
+static void evict_into_ghosts(struct env *v, uint64_t F)
+{
+	uint64_t x = 0;
+	assert_int_equal(touch(v, 0, &x, 1), 1);
+	for (uint64_t k = 1; k <= 24; k++) {
+		uint64_t pos = k * F;
+		touch(v, 0, &pos, 1);
+	}
+}
+
 static void test_ghost(void **state)
 {
 	(void)state;
@@ -1129,12 +1141,7 @@ static void test_ghost(void **state)
 	add_mapping(&v, 4096, F, FOLIO_MAPPING_NO_READAHEAD);
 	assert_int_equal(folio_mapping_truncate(v.m[0], 64 * MiB), 0);
 	uint64_t x = 0;
-	assert_int_equal(touch(&v, 0, &x, 1), 1);
-	/* Push it out with folios read once each. */
-	for (uint64_t k = 1; k <= 24; k++) {
-		uint64_t pos = k * F;
-		touch(&v, 0, &pos, 1);
-	}
+	evict_into_ghosts(&v, F);
 	struct folio *f;
 	assert_int_equal(folio_mapping_lookup(v.m[0], 0, &f), -ENOENT);
 	struct folio_pool_stats st = pool_stats(v.p);
@@ -1151,6 +1158,57 @@ static void test_ghost(void **state)
 		touch(&v, 0, &pos, 1);
 	}
 	assert_int_equal(touch(&v, 0, &x, 1), 0);
+	check_exact(&v);
+	env_close(&v);
+}
+
+/* The ghost table grows with the folios the queues hold, not with the
+ * budget: 64 KiB folios in a large pool get a few slots each (sized by
+ * the budget they had 32, and scattered keys make every page of them
+ * resident). Keys already in the table survive its growth. */
+static void test_ghost_sized_by_folios(void **state)
+{
+	(void)state;
+	struct env v = {0};
+	const uint64_t F = 64 * KiB;
+	v.p = new_pool(256 * MiB, 0);
+	add_mapping(&v, 4096, F, FOLIO_MAPPING_NO_READAHEAD);
+	assert_int_equal(folio_mapping_truncate(v.m[0], 64 * MiB), 0);
+	enum { N = 200 };
+	for (uint64_t k = 0; k < N; k++) {
+		uint64_t pos = k * F;
+		assert_int_equal(touch(&v, 0, &pos, 1), 1);
+	}
+	struct folio_pool_stats st = pool_stats(v.p);
+	/* Headers, index and queue nodes are under 256 bytes a folio; the
+	 * budget's 131072 ghost slots would be 2 MiB. */
+	if (st.metadata_bytes > N * 1024)
+		fail_msg("%llu bytes of metadata for %d folios",
+			 (unsigned long long)st.metadata_bytes, N);
+	check_exact(&v);
+	env_close(&v);
+
+	/* A 1 MiB pool: a 64 KiB folio evicted into the ghost table, then
+	 * 4 KiB folios that make the node array (and so the table) grow. */
+	memset(&v, 0, sizeof(v));
+	v.p = new_pool(MiB, 0);
+	add_mapping(&v, 4096, F, FOLIO_MAPPING_NO_READAHEAD);
+	add_mapping(&v, 4096, 4096, FOLIO_MAPPING_NO_READAHEAD);
+	assert_int_equal(folio_mapping_truncate(v.m[0], 64 * MiB), 0);
+	assert_int_equal(folio_mapping_truncate(v.m[1], 64 * MiB), 0);
+	uint64_t x = 0;
+	evict_into_ghosts(&v, F);
+	uint64_t meta0 = pool_stats(v.p).metadata_bytes;
+	for (uint64_t k = 0; k < 12; k++) {
+		uint64_t pos = k * F;
+		touch(&v, 1, &pos, 1);
+	}
+	st = pool_stats(v.p);
+	assert_true(st.metadata_bytes > meta0);
+	assert_int_equal(st.ghost_hits, 0);
+	assert_int_equal(touch(&v, 0, &x, 1), 1);
+	st = pool_stats(v.p);
+	assert_int_equal(st.ghost_hits, 1);
 	check_exact(&v);
 	env_close(&v);
 }
@@ -1176,6 +1234,7 @@ int main(void)
 		cmocka_unit_test(test_expire),
 		cmocka_unit_test(test_scan_resistance),
 		cmocka_unit_test(test_ghost),
+		cmocka_unit_test(test_ghost_sized_by_folios),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -211,14 +211,7 @@ static double ratio(uint64_t hits, uint64_t misses)
 
 static double rss_mib(void)
 {
-	FILE *f = fopen("/proc/self/statm", "r");
-	unsigned long size = 0, rss = 0;
-	if (f) {
-		if (fscanf(f, "%lu %lu", &size, &rss) != 2)
-			rss = 0;
-		fclose(f);
-	}
-	return (double)rss * (double)sysconf(_SC_PAGESIZE) / (double)MIB;
+	return bench_rss_bytes() / (double)MIB;
 }
 
 struct world {

@@ -49,42 +49,12 @@ struct side {
 	struct folio_mapping *m;
 };
 
-/* The inline store: reads see an empty object, writes vanish. */
-static int inline_submit(void *ctx, struct folio_io *io)
-{
-	(void)ctx;
-	if (io->op == FOLIO_IO_READ)
-		for (int i = 0; i < io->iovcnt; i++)
-			memset(io->iov[i].iov_base, 0, io->iov[i].iov_len);
-	folio_io_complete(io, (ssize_t)io->len);
-	return 0;
-}
-
-static int inline_nop(void *ctx)
-{
-	(void)ctx;
-	return 0;
-}
-
-static int inline_truncate(void *ctx, uint64_t size)
-{
-	(void)ctx;
-	(void)size;
-	return 0;
-}
-
 static int engine_open(struct bench_ctx *c, struct bench_engine *be)
 {
 	if (!inline_engine)
 		return bench_engine_open(c, be, c->o.engine, -1, c->o.size);
 	memset(be, 0, sizeof(*be));
-	struct folio_engine_ops ops = {
-		.sz = sizeof(ops),
-		.submit = inline_submit,
-		.flush = inline_nop,
-		.truncate = inline_truncate,
-	};
-	int err = folio_engine_new(&be->engine, &ops, NULL);
+	int err = bench_inline_engine(&be->engine);
 	if (err)
 		fprintf(stderr, "folio-bench wbpass: inline engine: %s\n",
 			strerror(-err));

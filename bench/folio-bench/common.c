@@ -82,6 +82,18 @@ uint64_t bench_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+double bench_rss_bytes(void)
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	unsigned long size = 0, rss = 0;
+	if (f) {
+		if (fscanf(f, "%lu %lu", &size, &rss) != 2)
+			rss = 0;
+		fclose(f);
+	}
+	return (double)rss * (double)sysconf(_SC_PAGESIZE);
+}
+
 void bench_sleep_until(uint64_t t)
 {
 	struct timespec ts = {(time_t)(t / 1000000000u),
@@ -232,6 +244,40 @@ int bench_prefill(int fd, uint64_t size)
 	bench_progress_done();
 	free(buf);
 	return err;
+}
+
+static int inline_submit(void *ctx, struct folio_io *io)
+{
+	(void)ctx;
+	if (io->op == FOLIO_IO_READ)
+		for (int i = 0; i < io->iovcnt; i++)
+			memset(io->iov[i].iov_base, 0, io->iov[i].iov_len);
+	folio_io_complete(io, (ssize_t)io->len);
+	return 0;
+}
+
+static int inline_nop(void *ctx)
+{
+	(void)ctx;
+	return 0;
+}
+
+static int inline_truncate(void *ctx, uint64_t size)
+{
+	(void)ctx;
+	(void)size;
+	return 0;
+}
+
+int bench_inline_engine(struct folio_engine **out)
+{
+	struct folio_engine_ops ops = {
+		.sz = sizeof(ops),
+		.submit = inline_submit,
+		.flush = inline_nop,
+		.truncate = inline_truncate,
+	};
+	return folio_engine_new(out, &ops, NULL);
 }
 
 int bench_engine_open(struct bench_ctx *c, struct bench_engine *be,

@@ -138,6 +138,9 @@ const char *bench_fmt_size(char *buf, size_t len, uint64_t v);
 
 /* Monotonic time in nanoseconds. */
 uint64_t bench_now_ns(void);
+/* The process's resident bytes now (/proc/self/statm), 0 when
+ * unreadable. */
+double bench_rss_bytes(void);
 /* Sleep until bench_now_ns() >= t. */
 void bench_sleep_until(uint64_t t);
 
@@ -221,6 +224,10 @@ void bench_engine_close(struct bench_engine *be);
  * for other engines). */
 int bench_rados_engine(struct folio_engine **out, const char *prefix,
 		       char *name_out, size_t name_len);
+/* An engine that completes each request inside submit() and moves no
+ * bytes to any store: reads see zeros, writes vanish, flushes succeed. What
+ * a workload over it costs is the library's own work. 0 / -errno. */
+int bench_inline_engine(struct folio_engine **out);
 void bench_rados_engine_remove(struct folio_engine *e);
 
 /* ---- remote stores (bench_remote.c) ------------------------------------ */

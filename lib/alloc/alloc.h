@@ -28,6 +28,9 @@
 #define ALLOC_CHUNK_SHIFT 21u
 #define ALLOC_CHUNK_SIZE ((size_t)1 << ALLOC_CHUNK_SHIFT)
 #define ALLOC_CHUNK_PAGES (1u << (ALLOC_CHUNK_SHIFT - ALLOC_PAGE_SHIFT))
+/* A chunk's first pages hold its header; only those written are resident
+ * (alloc_stats.header_bytes). */
+#define ALLOC_CHUNK_HDR_PAGES 3u
 
 /* Data blocks: powers of two, naturally aligned. */
 #define ALLOC_MIN_DATA 512u
@@ -61,6 +64,11 @@
  * back to the kernel until it is met again. */
 #define ALLOC_FREE_RESIDENT_MAX ((size_t)2 << 20)
 #define ALLOC_TRIM_MIN_ORDER 4u /* 64 KiB */
+/* Blocks of these orders (64 KiB .. 1 MiB) come from runs (run.c): 2 MiB
+ * regions of one order, described outside the region; smaller ones from
+ * the buddy chunks. */
+#define ALLOC_RUN_MIN_ORDER 4u
+#define ALLOC_RUN_ORDERS (ALLOC_BUDDY_ORDERS - ALLOC_RUN_MIN_ORDER)
 
 /* Arena flags. */
 #define ALLOC_HUGEPAGE 0x1u /* madvise(MADV_HUGEPAGE) 2 MiB blocks */
@@ -78,6 +86,7 @@ struct alloc_ops {
 };
 
 struct alloc_chunk;
+struct alloc_run;
 struct alloc_tcache;
 
 /* List heads: [0, 9) chunks with a free block of that order, [9, 37)
@@ -101,18 +110,25 @@ struct alloc_arena {
 	size_t free_resident, trim_floor;
 	size_t maps, unmaps, map_failures;
 	size_t out[ALLOC_NCLASSES]; /* objects handed out (used or cached) */
+	/* Runs (run.c): per order, those with a free block; all of them in
+	 * a table by region address (run_used: slots live or emptied). */
+	struct alloc_run *run_head[ALLOC_RUN_ORDERS];
+	struct alloc_run **run_tab;
+	size_t run_mask, run_used, nruns;
 };
 
 struct alloc_stats {
 	size_t mapped_bytes;  /* chunks, 2 MiB blocks and spares */
 	size_t chunks;	      /* chunks split by the buddy allocator */
 	size_t huge_blocks;   /* 2 MiB blocks (a chunk each) */
+	size_t runs;          /* regions cut into 64 KiB .. 1 MiB blocks */
 	size_t spare_chunks;  /* wholly free, kept mapped */
 	size_t data_bytes;    /* data blocks handed out: in use or cached */
 	size_t meta_bytes;    /* metadata objects handed out (class sizes) */
 	size_t cached_data_bytes; /* of data_bytes, in thread caches */
 	size_t cached_meta_bytes; /* of meta_bytes, in thread caches */
-	size_t header_bytes;  /* chunk headers (page descriptors) */
+	size_t header_bytes;  /* chunk header pages written (resident) and
+			       * the runs' descriptions */
 	size_t slab_bytes;    /* pages holding slabs (data < 4 KiB, meta) */
 	size_t slab_object_bytes; /* of slab_bytes, objects handed out */
 	size_t free_resident_bytes; /* free blocks in chunks in use that keep

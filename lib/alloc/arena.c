@@ -10,13 +10,16 @@
  * Chunks. Address space comes in 2 MiB regions aligned to 2 MiB (map
  * 2 MiB; if the kernel placed it unaligned, map 4 MiB and trim), so the
  * region of any block is its address rounded down, with no lookup. A
- * region is used one of two ways:
+ * region is used one of three ways:
  *  - as a 2 MiB data block of its own (no header at all, so a 2 MiB folio
  *    costs exactly 2 MiB; MADV_HUGEPAGE when the arena asks for it);
+ *  - as a run of blocks of one order, 64 KiB .. 1 MiB, described outside
+ *    the region (run.c);
  *  - as a chunk: a header in its first pages (struct alloc_chunk: list
  *    links and one 16-byte descriptor per page, the kernel's struct page
  *    idea), the rest split by a buddy allocator into blocks of 4 KiB ..
- *    1 MiB.
+ *    1 MiB, of which callers get those below 64 KiB and slabs (and the
+ *    thread caches their own pages).
  *
  * Descriptors, not free-list nodes inside free blocks: the allocator never
  * writes to free memory, so pages nobody allocated stay untouched (never
@@ -109,15 +112,56 @@ struct alloc_link {
 struct alloc_chunk {
 	struct alloc_link link[ALLOC_NLISTS];
 	uint16_t head[ALLOC_LIST_ALL]; /* first page of each list, 0 = none */
-	uint32_t used_pages; /* pages in used blocks and slabs */
+	uint16_t used_pages; /* pages in used blocks and slabs */
+	uint16_t hdr_touched; /* header pages written so far (resident) */
+	/* By pd_slot(), not by page. */
 	struct page_desc pd[ALLOC_CHUNK_PAGES];
 };
 
-#define HDR_PAGES \
-	((sizeof(struct alloc_chunk) + ALLOC_PAGE_SIZE - 1) / ALLOC_PAGE_SIZE)
+#define HDR_PAGES ALLOC_CHUNK_HDR_PAGES
 _Static_assert(sizeof(struct page_desc) == 16, "page descriptor size");
-_Static_assert(HDR_PAGES <= 4, "chunk header pages");
+_Static_assert(sizeof(struct alloc_chunk) <= HDR_PAGES * ALLOC_PAGE_SIZE,
+	       "chunk header pages");
 _Static_assert(ALLOC_CHUNK_PAGES <= UINT16_MAX, "page index width");
+
+/*
+ * Descriptor order. By page, a chunk cut into 64 KiB blocks would write
+ * one descriptor every 256 bytes, so all three header pages would be
+ * resident for 31 blocks (397 bytes of RSS per 64 KiB folio). Instead the
+ * descriptors of the 32 pages that start a 64 KiB group come first, then
+ * those of the first group's other pages (beside the header, where slabs
+ * of folio headers go), then the rest group by group: a chunk of blocks
+ * of 64 KiB and more, and the slabs next to its header, touch only the
+ * header's first page.
+ */
+#define PD_GROUP_SHIFT 4u
+#define PD_GROUP (1u << PD_GROUP_SHIFT)
+#define PD_GROUPS (ALLOC_CHUNK_PAGES >> PD_GROUP_SHIFT)
+
+static inline unsigned pd_slot(unsigned pg)
+{
+	unsigned grp = pg >> PD_GROUP_SHIFT, in = pg & (PD_GROUP - 1);
+	return in ? PD_GROUPS + grp * (PD_GROUP - 1) + in - 1 : grp;
+}
+
+static inline struct page_desc *pd_of(struct alloc_chunk *c, unsigned pg)
+{
+	return &c->pd[pd_slot(pg)];
+}
+
+/* The header pages up to and including the one holding pg's descriptor. */
+static inline unsigned pd_hdr_pages(unsigned pg)
+{
+	size_t end = offsetof(struct alloc_chunk, pd) +
+		     (pd_slot(pg) + 1) * sizeof(struct page_desc);
+	return (unsigned)((end + ALLOC_PAGE_SIZE - 1) / ALLOC_PAGE_SIZE);
+}
+
+_Static_assert(offsetof(struct alloc_chunk, pd) +
+			       (PD_GROUPS + PD_GROUP - 1) *
+				       sizeof(struct page_desc) <=
+		       ALLOC_PAGE_SIZE,
+	       "64 KiB heads and the first group in the header's first page");
 
 static inline struct alloc_chunk *chunk_of(const void *p)
 {
@@ -178,12 +222,12 @@ static void clist_del(struct alloc_arena *a, unsigned li, struct alloc_chunk *c)
 static void plist_add(struct alloc_arena *a, struct alloc_chunk *c,
 		      unsigned li, unsigned pg)
 {
-	struct page_desc *d = &c->pd[pg];
+	struct page_desc *d = pd_of(c, pg);
 	uint16_t h = c->head[li];
 	d->prev = 0;
 	d->next = h;
 	if (h)
-		c->pd[h].prev = (uint16_t)pg;
+		pd_of(c, h)->prev = (uint16_t)pg;
 	else
 		clist_add(a, li, c);
 	c->head[li] = (uint16_t)pg;
@@ -192,13 +236,13 @@ static void plist_add(struct alloc_arena *a, struct alloc_chunk *c,
 static void plist_del(struct alloc_arena *a, struct alloc_chunk *c,
 		      unsigned li, unsigned pg)
 {
-	struct page_desc *d = &c->pd[pg];
+	struct page_desc *d = pd_of(c, pg);
 	if (d->prev)
-		c->pd[d->prev].next = d->next;
+		pd_of(c, d->prev)->next = d->next;
 	else
 		c->head[li] = d->next;
 	if (d->next)
-		c->pd[d->next].prev = d->prev;
+		pd_of(c, d->next)->prev = d->prev;
 	if (!c->head[li])
 		clist_del(a, li, c);
 }
@@ -259,7 +303,7 @@ fail:
 	return NULL;
 }
 
-static void *region_get(struct alloc_arena *a, bool *fresh)
+void *alloc_region_get(struct alloc_arena *a, bool *fresh)
 {
 	if (a->nspare) {
 		*fresh = false;
@@ -269,7 +313,7 @@ static void *region_get(struct alloc_arena *a, bool *fresh)
 	return region_map(a);
 }
 
-static void region_put(struct alloc_arena *a, void *p)
+void alloc_region_put(struct alloc_arena *a, void *p)
 {
 	if (a->nspare < ALLOC_SPARE_MAX)
 		a->spare[a->nspare++] = p;
@@ -282,10 +326,11 @@ static void region_put(struct alloc_arena *a, void *p)
 static void add_free(struct alloc_arena *a, struct alloc_chunk *c, unsigned pg,
 		     unsigned order, bool zero)
 {
-	struct page_desc *d = &c->pd[pg];
+	struct page_desc *d = pd_of(c, pg);
 	d->state = PD_FREE;
 	d->order = (uint8_t)order;
 	d->zero = zero;
+	c->hdr_touched = (uint16_t)MAX(c->hdr_touched, pd_hdr_pages(pg));
 	if (!zero)
 		a->free_resident += (size_t)ALLOC_PAGE_SIZE << order;
 	plist_add(a, c, order, pg);
@@ -295,7 +340,7 @@ static void add_free(struct alloc_arena *a, struct alloc_chunk *c, unsigned pg,
 static void del_free(struct alloc_arena *a, struct alloc_chunk *c,
 		     unsigned pg)
 {
-	struct page_desc *d = &c->pd[pg];
+	struct page_desc *d = pd_of(c, pg);
 	if (!d->zero)
 		a->free_resident -= (size_t)ALLOC_PAGE_SIZE << d->order;
 	plist_del(a, c, d->order, pg);
@@ -312,14 +357,16 @@ static size_t trim_free_blocks(struct alloc_arena *a, size_t target)
 	size_t given = 0;
 	for (unsigned o = ALLOC_BUDDY_ORDERS; o-- > ALLOC_TRIM_MIN_ORDER;) {
 		size_t len = (size_t)ALLOC_PAGE_SIZE << o;
+		if (o >= ALLOC_RUN_MIN_ORDER)
+			given += alloc_run_trim(a, o, target);
 		if (sys_page <= 0 || len < (size_t)sys_page)
 			continue;
 		for (struct alloc_chunk *c = a->head[o]; c;
 		     c = c->link[o].next)
-			for (unsigned pg = c->head[o]; pg; pg = c->pd[pg].next) {
+			for (unsigned pg = c->head[o]; pg; pg = pd_of(c, pg)->next) {
 				if (a->free_resident <= target)
 					return given;
-				struct page_desc *d = &c->pd[pg];
+				struct page_desc *d = pd_of(c, pg);
 				if (d->zero ||
 				    madvise(page_addr(c, pg), len, MADV_DONTNEED))
 					continue;
@@ -348,13 +395,16 @@ static void bound_free_resident(struct alloc_arena *a)
 static struct alloc_chunk *chunk_new(struct alloc_arena *a)
 {
 	bool fresh;
-	struct alloc_chunk *c = region_get(a, &fresh);
+	struct alloc_chunk *c = alloc_region_get(a, &fresh);
 	if (!c)
 		return NULL;
 	check_internal(c, HDR_PAGES * ALLOC_PAGE_SIZE);
-	/* Fresh memory is an empty header already (0 ends every list). */
+	/* Fresh memory is an empty header already (0 ends every list), and
+	 * its pages stay untouched until descriptors there are written. A
+	 * spare's may hold anything (it may have been a 2 MiB block). */
 	if (!fresh)
 		memset(c, 0, sizeof(*c));
+	c->hdr_touched = fresh ? 1 : HDR_PAGES;
 	for (unsigned pg = HDR_PAGES; pg < ALLOC_CHUNK_PAGES;) {
 		unsigned order = MIN((unsigned)__builtin_ctz(pg),
 				     ALLOC_BUDDY_ORDERS - 1);
@@ -370,17 +420,17 @@ static void chunk_release(struct alloc_arena *a, struct alloc_chunk *c)
 {
 	/* Wholly free: its blocks leave the free lists with it. */
 	for (unsigned pg = HDR_PAGES; pg < ALLOC_CHUNK_PAGES;
-	     pg += 1u << c->pd[pg].order)
-		if (!c->pd[pg].zero)
+	     pg += 1u << pd_of(c, pg)->order)
+		if (!pd_of(c, pg)->zero)
 			a->free_resident -= (size_t)ALLOC_PAGE_SIZE
-					    << c->pd[pg].order;
+					    << pd_of(c, pg)->order;
 	for (unsigned li = 0; li < ALLOC_LIST_ALL; li++)
 		if (c->head[li])
 			clist_del(a, li, c);
 	clist_del(a, ALLOC_LIST_ALL, c);
 	a->nchunks--;
 	check_free_region(c, ALLOC_CHUNK_SIZE);
-	region_put(a, c);
+	alloc_region_put(a, c);
 }
 
 static void *buddy_alloc(struct alloc_arena *a, unsigned order, bool *zero)
@@ -397,7 +447,7 @@ static void *buddy_alloc(struct alloc_arena *a, unsigned order, bool *zero)
 	struct alloc_chunk *c = a->head[k];
 	unsigned pg = c->head[k];
 	del_free(a, c, pg);
-	struct page_desc *d = &c->pd[pg];
+	struct page_desc *d = pd_of(c, pg);
 	bool z = d->zero;
 	while (k > order) {
 		k--;
@@ -415,7 +465,7 @@ static void buddy_free(struct alloc_arena *a, void *p, unsigned order)
 {
 	struct alloc_chunk *c = chunk_of(p);
 	unsigned pg = page_of(p);
-	struct page_desc *d = &c->pd[pg];
+	struct page_desc *d = pd_of(c, pg);
 	if (d->state == PD_FREE || d->order != order) {
 		fprintf(stderr, "libfolio-state: bad free of %p (order %u)\n",
 			p, order);
@@ -425,7 +475,7 @@ static void buddy_free(struct alloc_arena *a, void *p, unsigned order)
 	d->state = PD_NONE;
 	while (order < ALLOC_BUDDY_ORDERS - 1) {
 		unsigned b = pg ^ (1u << order);
-		struct page_desc *bd = &c->pd[b];
+		struct page_desc *bd = pd_of(c, b);
 		if (bd->state != PD_FREE || bd->order != order)
 			break;
 		del_free(a, c, b);
@@ -456,7 +506,7 @@ static void *slab_alloc(struct alloc_arena *a, unsigned cls)
 	struct page_desc *d;
 	if (c) {
 		pg = c->head[li];
-		d = &c->pd[pg];
+		d = pd_of(c, pg);
 	} else {
 		bool zero;
 		void *p = buddy_alloc(a, order, &zero);
@@ -464,7 +514,7 @@ static void *slab_alloc(struct alloc_arena *a, unsigned cls)
 			return NULL;
 		c = chunk_of(p);
 		pg = page_of(p);
-		d = &c->pd[pg];
+		d = pd_of(c, pg);
 		d->state = PD_SLAB;
 		d->cls = (uint8_t)cls;
 		d->free_map = full_map(nobj);
@@ -483,7 +533,7 @@ static void slab_free(struct alloc_arena *a, unsigned cls, void *p)
 	alloc_slab_geometry(cls, &order, &nobj);
 	struct alloc_chunk *c = chunk_of(p);
 	unsigned pg = page_of(p) & ~((1u << order) - 1);
-	struct page_desc *d = &c->pd[pg];
+	struct page_desc *d = pd_of(c, pg);
 	size_t off = (size_t)((char *)p - page_addr(c, pg));
 	size_t size = alloc_class_size(cls);
 	uint64_t bit = UINT64_C(1) << (off / size);
@@ -509,7 +559,7 @@ static void slab_free(struct alloc_arena *a, unsigned cls, void *p)
 
 static void *huge_alloc(struct alloc_arena *a, bool *zero)
 {
-	void *p = region_get(a, zero);
+	void *p = alloc_region_get(a, zero);
 	if (!p)
 		return NULL;
 	if (a->flags & ALLOC_HUGEPAGE)
@@ -521,7 +571,7 @@ static void *huge_alloc(struct alloc_arena *a, bool *zero)
 static void huge_free(struct alloc_arena *a, void *p)
 {
 	a->nhuge--;
-	region_put(a, p);
+	alloc_region_put(a, p);
 }
 
 /* ---- the arena's interface (the callers in tcache.c hold the lock) ---- */
@@ -532,6 +582,9 @@ void *alloc_arena_take(struct alloc_arena *a, unsigned cls)
 	bool zero = false;
 	if (cls < ALLOC_NSLAB)
 		p = slab_alloc(a, cls);
+	else if (cls >= ALLOC_NSLAB + ALLOC_RUN_MIN_ORDER &&
+		 cls < ALLOC_NCLASSES - 1)
+		p = alloc_run_take(a, cls - ALLOC_NSLAB, &zero);
 	else if (cls < ALLOC_NCLASSES - 1)
 		p = buddy_alloc(a, cls - ALLOC_NSLAB, &zero);
 	else
@@ -547,7 +600,11 @@ void alloc_arena_give(struct alloc_arena *a, unsigned cls, void *p)
 	a->out[cls]--;
 	if (cls < ALLOC_NSLAB)
 		slab_free(a, cls, p);
-	else if (cls < ALLOC_NCLASSES - 1)
+	else if (cls >= ALLOC_NSLAB + ALLOC_RUN_MIN_ORDER &&
+		 cls < ALLOC_NCLASSES - 1) {
+		alloc_run_give(a, cls - ALLOC_NSLAB, p);
+		bound_free_resident(a);
+	} else if (cls < ALLOC_NCLASSES - 1)
 		buddy_free(a, p, cls - ALLOC_NSLAB);
 	else
 		huge_free(a, p);
@@ -608,7 +665,7 @@ int alloc_arena_destroy(struct alloc_arena *a)
 	bool busy = a->tcaches != NULL;
 	for (unsigned cls = 0; cls < ALLOC_NCLASSES; cls++)
 		busy |= a->out[cls] != 0;
-	if (busy || a->nchunks) {
+	if (busy || a->nchunks || a->nruns) {
 		pthread_mutex_unlock(&a->lock);
 		return -EBUSY;
 	}
@@ -617,6 +674,7 @@ int alloc_arena_destroy(struct alloc_arena *a)
 		check_free_region(p, ALLOC_CHUNK_SIZE);
 		unmap(a, p, ALLOC_CHUNK_SIZE);
 	}
+	alloc_run_destroy(a);
 	pthread_mutex_unlock(&a->lock);
 	pthread_mutex_destroy(&a->lock);
 	return 0;
@@ -629,7 +687,8 @@ void alloc_arena_stats(struct alloc_arena *a, struct alloc_stats *st)
 	st->chunks = a->nchunks;
 	st->huge_blocks = a->nhuge;
 	st->spare_chunks = a->nspare;
-	st->mapped_bytes = (a->nchunks + a->nhuge + a->nspare) *
+	st->runs = a->nruns;
+	st->mapped_bytes = (a->nchunks + a->nhuge + a->nspare + a->nruns) *
 			   ALLOC_CHUNK_SIZE;
 	for (unsigned cls = 0; cls < ALLOC_NCLASSES; cls++) {
 		size_t bytes = a->out[cls] * alloc_class_size(cls);
@@ -640,14 +699,16 @@ void alloc_arena_stats(struct alloc_arena *a, struct alloc_stats *st)
 		else
 			st->data_bytes += bytes;
 	}
-	st->header_bytes = a->nchunks * HDR_PAGES * ALLOC_PAGE_SIZE;
 	for (struct alloc_chunk *c = a->head[ALLOC_LIST_ALL]; c;
-	     c = c->link[ALLOC_LIST_ALL].next)
+	     c = c->link[ALLOC_LIST_ALL].next) {
+		st->header_bytes += (size_t)c->hdr_touched * ALLOC_PAGE_SIZE;
 		for (unsigned pg = HDR_PAGES; pg < ALLOC_CHUNK_PAGES;
-		     pg += 1u << c->pd[pg].order)
-			if (c->pd[pg].state == PD_SLAB)
+		     pg += 1u << pd_of(c, pg)->order)
+			if (pd_of(c, pg)->state == PD_SLAB)
 				st->slab_bytes += (size_t)ALLOC_PAGE_SIZE
-						  << c->pd[pg].order;
+						  << pd_of(c, pg)->order;
+	}
+	st->header_bytes += alloc_run_header_bytes(a);
 	st->internal_bytes = a->internal_bytes;
 	st->free_resident_bytes = a->free_resident;
 	alloc_arena_cached_bytes(a, &st->cached_data_bytes, &st->cached_meta_bytes);

@@ -24,6 +24,21 @@ void alloc_arena_give(struct alloc_arena *a, unsigned cls, void *p);
 /* Zeroed blocks for the allocator's own structures (thread caches). */
 void *alloc_arena_take_internal(struct alloc_arena *a, unsigned order);
 void alloc_arena_give_internal(struct alloc_arena *a, void *p, unsigned order);
+/* A 2 MiB-aligned region: a spare (*fresh false: resident, any content)
+ * or a fresh zero map (arena.c); NULL when out of memory. */
+void *alloc_region_get(struct alloc_arena *a, bool *fresh);
+void alloc_region_put(struct alloc_arena *a, void *p);
+/* Runs (run.c): a block of `order` (ALLOC_RUN_MIN_ORDER and up), NULL
+ * when out of memory; *zero when known to read as zeros. */
+void *alloc_run_take(struct alloc_arena *a, unsigned order, bool *zero);
+void alloc_run_give(struct alloc_arena *a, unsigned order, void *p);
+/* Give back pages of free run blocks of `order` while free_resident is
+ * above target; returns the bytes given back. */
+size_t alloc_run_trim(struct alloc_arena *a, unsigned order, size_t target);
+/* What describing the runs takes (their structs and the table). */
+size_t alloc_run_header_bytes(const struct alloc_arena *a);
+/* Free the run table (no run left). */
+void alloc_run_destroy(struct alloc_arena *a);
 /* The bytes sitting in the arena's thread caches (tcache.c). */
 void alloc_arena_cached_bytes(struct alloc_arena *a, size_t *data, size_t *meta);
 

@@ -58,6 +58,8 @@ static void node_unlink(struct folio_pool *p, struct pool_queue *q,
 	q->count--;
 }
 
+static void ghost_grow(struct folio_pool *p);
+
 static uint32_t node_alloc(struct folio_pool *p)
 {
 	if (p->free_node != NODE_NONE) {
@@ -74,6 +76,7 @@ static uint32_t node_alloc(struct folio_pool *p)
 			return NODE_NONE;
 		p->nodes = n;
 		p->nodes_cap = cap;
+		ghost_grow(p);
 	}
 	return p->nodes_used++;
 }
@@ -146,23 +149,68 @@ static void ghost_put(struct folio_pool *p, uint64_t h)
 	victim->seq = seq;
 }
 
-/* ---- set-up ---------------------------------------------------------- */
-
-static size_t ghost_slots_for(uint64_t budget)
+/*
+ * The table's size. The keys it must remember are as many as the queues
+ * hold folios, so it grows with the node array (two slots a node: at most
+ * half full), up to two slots per 4 KiB of budget. Sized by the budget
+ * alone, a pool of 64 KiB folios had 32 slots per folio, and every page
+ * of the table becomes resident as evictions scatter keys over it: 512
+ * bytes of RSS per cached 64 KiB folio, 16 KiB per 2 MiB folio.
+ */
+static size_t ghost_slots_for(uint64_t budget, uint32_t nodes)
 {
 	/* Twice as many slots as 4 KiB folios fit in the budget: at most
 	 * half full when the folios are small, so few live keys are pushed
 	 * out by collisions. */
 	uint64_t want = MAX(budget / 2048, (uint64_t)256);
+	want = MIN(want, MAX((uint64_t)nodes * 2, (uint64_t)256));
 	want = MIN(want, (uint64_t)1 << 20);
 	return (size_t)1 << (ilog2_u64(want - 1) + 1);
 }
+
+/* Keep a key in the grown table: an empty way, else over an older key. */
+static void ghost_rehash(struct folio_pool *p, const struct pool_ghost_slot *s)
+{
+	struct pool_ghost_slot *b = ghost_bucket(p, s->hash), *victim = &b[0];
+	for (unsigned i = 0; i < GHOST_WAYS; i++) {
+		if (!b[i].hash) {
+			victim = &b[i];
+			break;
+		}
+		if (b[i].seq < victim->seq)
+			victim = &b[i];
+	}
+	if (!victim->hash || victim->seq < s->seq)
+		*victim = *s;
+}
+
+/* After the node array grew. Without memory the table keeps its size:
+ * ghosts are a hint, fewer of them only make reclaim less clever. */
+static void ghost_grow(struct folio_pool *p)
+{
+	size_t slots = ghost_slots_for(p->budget, p->nodes_cap);
+	size_t old_n = p->ghost.mask + 1;
+	if (slots <= old_n)
+		return;
+	struct pool_ghost_slot *old = p->ghost.slots;
+	struct pool_ghost_slot *n = calloc(slots, sizeof(*n));
+	if (!n)
+		return;
+	p->ghost.slots = n;
+	p->ghost.mask = slots - 1;
+	for (size_t i = 0; i < old_n; i++)
+		if (old[i].hash)
+			ghost_rehash(p, &old[i]);
+	free(old);
+}
+
+/* ---- set-up ---------------------------------------------------------- */
 
 int pool_queues_init(struct folio_pool *p)
 {
 	p->nodes_cap = 64;
 	p->nodes = calloc(p->nodes_cap, sizeof(*p->nodes));
-	size_t slots = ghost_slots_for(p->budget);
+	size_t slots = ghost_slots_for(p->budget, p->nodes_cap);
 	p->ghost.slots = calloc(slots, sizeof(*p->ghost.slots));
 	if (!p->nodes || !p->ghost.slots) {
 		free(p->nodes);
