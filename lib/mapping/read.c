@@ -21,15 +21,99 @@ struct read_slot {
 	size_t off, len;
 };
 
+/* Versions an optimistic copy of one folio tries before the locked
+ * path: a writer that keeps changing the folio makes a reader wait for
+ * its lock rather than copy over and over. */
+#define READ_OPTIMISTIC_TRIES 3
+
+/*
+ * One folio's part of a cached read that writes nothing the folio's other
+ * users read (doc/design.md, "Optimistic reads"): find the folio holding p
+ * (the thread's hint, whose pinned reference keeps it mapped, else the
+ * index inside an epoch section, which keeps its header mapped and, with
+ * the allocator's grace period before any unmap, its data), copy while it
+ * is unlocked, uptodate and unmarked, and keep the copy only when its
+ * version did not move meanwhile. Returns the bytes copied, 0 when the
+ * locked path must decide (missing, busy, partly uptodate, a readahead
+ * mark to take, a writer that kept changing it).
+ */
+static inline __attribute__((always_inline)) size_t
+read_optimistic(struct folio_mapping *m, unsigned char *buf, size_t len,
+		uint64_t p)
+{
+	struct folio *f;
+	size_t off, got = 0;
+	bool hint = mapping_hint_holding(m, p, &f, &off);
+	unsigned ep = 0;
+	if (!hint) {
+		ep = epoch_read_enter();
+		f = index_lookup(&m->index, mapping_key(m, p));
+		/* A lookup racing a remove and a smaller insert may reach a
+		 * folio that does not hold p (lookup.c). */
+		if (!f || p - f->pos >= folio_bytes(f)) {
+			epoch_read_exit(ep);
+			return 0;
+		}
+		off = (size_t)(p - f->pos);
+	}
+	size_t n = MIN(len, folio_bytes(f) - off);
+	for (unsigned i = 0; i < READ_OPTIMISTIC_TRIES; i++) {
+		struct folio_seq s;
+		if (!folio_read_begin(f, &s))
+			break;
+		folio_copy_racy(buf, f->data + off, n);
+		if (folio_read_valid(f, &s)) {
+			got = n;
+			break;
+		}
+	}
+	if (got && m->cache) {
+		/* Hint hits are no accesses (mapping_grab()); the count is
+		 * written only while it can still rise. */
+		if (!hint)
+			folio_note_access(f);
+		mapping_count_lookup(m, true);
+	}
+	if (!hint)
+		epoch_read_exit(ep);
+	return got;
+}
+
+/* One folio's part under a tried folio lock: what read_optimistic() left
+ * (partly uptodate folios, readahead marks, a busy writer). 0 when the
+ * folio is missing, locked by someone else or not uptodate over the part
+ * wanted. */
+static size_t read_locked(struct folio_mapping *m, unsigned char *buf,
+			  size_t len, uint64_t p)
+{
+	struct folio *f;
+	size_t off;
+	if (mapping_hint_holding(m, p, &f, &off))
+		f = mapping_trylock_hint(m, f);
+	else if ((f = mapping_trylock_cached(m, p, false)))
+		off = (size_t)(p - f->pos);
+	if (!f)
+		return 0;
+	size_t n = MIN(len, folio_bytes(f) - off);
+	bool ok = folio_all_uptodate(f) || folio_is_uptodate(f, off, n) == 1;
+	if (ok) {
+		memcpy(buf, f->data + off, n);
+		/* Readahead (readahead.c): see folio_mapping_read(). */
+		mapping_readahead_reached(m, f);
+	}
+	folio_unlock_held(f);
+	return ok ? n : 0;
+}
+
 /*
  * The read fast path: copy [pos, pos+len) out of cached folios that are
- * uptodate over the part wanted, in order, each under a tried folio lock
- * (atomic per folio against writes, safe against reclaim and truncate),
- * until a folio is missing, busy or not uptodate there: no request, no
- * io_group, no engine. Returns the bytes copied; the caller does the rest
- * the ordinary way, which waits for busy folios. Caller holds io_lock
- * shared and has clamped len to EOF. The write fast path (write.c) is
- * the same loop copying the other way.
+ * uptodate over the part wanted, in order, each one atomically against
+ * writes (an optimistic copy its version validates, else under a tried
+ * folio lock), until a folio is missing, busy or not uptodate there: no
+ * request, no io_group, no engine. Returns the bytes copied; the caller
+ * does the rest the ordinary way, which waits for busy folios. Caller
+ * holds io_lock shared and has clamped len to EOF. The write fast path
+ * (write.c) is the locked loop copying the other way.
  */
 static inline __attribute__((always_inline)) size_t
 read_cached(struct folio_mapping *m, unsigned char *buf, size_t len,
@@ -37,25 +121,11 @@ read_cached(struct folio_mapping *m, unsigned char *buf, size_t len,
 {
 	size_t done = 0;
 	while (done < len) {
-		uint64_t p = pos + done;
-		struct folio *f;
-		size_t off;
-		if (mapping_hint_holding(m, p, &f, &off))
-			f = mapping_trylock_hint(m, f);
-		else if ((f = mapping_trylock_cached(m, p, false)))
-			off = (size_t)(p - f->pos);
-		if (!f)
-			break;
-		size_t n = MIN(len - done, folio_bytes(f) - off);
-		bool ok = folio_all_uptodate(f) ||
-			  folio_is_uptodate(f, off, n) == 1;
-		if (ok) {
-			memcpy(buf + done, f->data + off, n);
-			/* Readahead (readahead.c): see folio_mapping_read(). */
-			mapping_readahead_reached(m, f);
-		}
-		folio_unlock_held(f);
-		if (!ok)
+		size_t n = read_optimistic(m, buf + done, len - done,
+					   pos + done);
+		if (!n)
+			n = read_locked(m, buf + done, len - done, pos + done);
+		if (!n)
 			break;
 		done += n;
 	}
