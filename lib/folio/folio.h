@@ -325,17 +325,29 @@ static inline bool folio_lock_nowait(struct folio *f)
 static inline void folio_unlock_held(struct folio *f)
 {
 	unsigned v = atomic_load_explicit(&f->flags, memory_order_relaxed);
-	unsigned nv;
-	do {
-		if (v >= FOLIO_SEQ_MASK) /* the version's bits all set */
-			folio_seq_wrap();
-		nv = (v & ~(FOLIO_F_LOCKED | FOLIO_F_WRITE_BEGIN |
-			    FOLIO_F_WAITERS)) +
-		     FOLIO_SEQ_ONE;
-	} while (!atomic_compare_exchange_weak_explicit(
-		&f->flags, &v, nv, memory_order_acq_rel, memory_order_relaxed));
+	/* The version's bits all set: this unlock wraps it. Checked once:
+	 * a failed CAS below can only have seen other bits change (the
+	 * version moves only under the lock, which is ours). */
+	if (__builtin_expect(v >= FOLIO_SEQ_MASK, 0))
+		folio_seq_wrap();
+	while (!atomic_compare_exchange_weak_explicit(
+		&f->flags, &v,
+		(v & ~(FOLIO_F_LOCKED | FOLIO_F_WRITE_BEGIN | FOLIO_F_WAITERS)) +
+			FOLIO_SEQ_ONE,
+		memory_order_acq_rel, memory_order_relaxed))
+		;
 	if (v & FOLIO_F_WAITERS)
 		folio_wake_waiters(f);
+}
+
+/* Unlock for a holder that changed neither the folio's data nor what an
+ * optimistic reader checks (uptodate, REMOVED): no version bump, so no
+ * reader copying meanwhile retries, and the unlock costs what it did
+ * before versions. Writeback's pass (it takes dirty runs and starts
+ * writeback) and readers under the lock. When in doubt, unlock_held. */
+static inline void folio_unlock_unchanged(struct folio *f)
+{
+	folio_clear_flag_wake(f, FOLIO_F_LOCKED | FOLIO_F_WRITE_BEGIN);
 }
 
 /*

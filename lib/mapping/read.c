@@ -101,7 +101,7 @@ static size_t read_locked(struct folio_mapping *m, unsigned char *buf,
 		/* Readahead (readahead.c): see folio_mapping_read(). */
 		mapping_readahead_reached(m, f);
 	}
-	folio_unlock_held(f);
+	folio_unlock_unchanged(f);
 	return ok ? n : 0;
 }
 
