@@ -276,8 +276,7 @@ atomic_int folio_racy_plain;
 #ifdef FOLIO_RACY_CHECKED
 /* Byte by byte through volatile loads, so that the compiler makes no
  * memcpy() of it, which the sanitizers' runtime would intercept. */
-#if defined(__SANITIZE_THREAD__) || \
-	(defined(__has_feature) && __has_feature(thread_sanitizer))
+#ifdef FOLIO_RACY_TSAN
 __attribute__((no_sanitize("thread")))
 #else
 __attribute__((no_sanitize("address")))

@@ -218,10 +218,17 @@ static inline void folio_clear_flag_wake(struct folio *f, unsigned bit)
  * which gcc refuses them under, then sees none); elsewhere they are real
  * fences.
  */
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_THREAD__)
+#define FOLIO_RACY_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FOLIO_RACY_TSAN 1
+#endif
+#endif
+#if defined(FOLIO_RACY_TSAN) || defined(__SANITIZE_ADDRESS__)
 #define FOLIO_RACY_CHECKED 1
 #elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer)
 #define FOLIO_RACY_CHECKED 1
 #endif
 #endif
