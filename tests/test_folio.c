@@ -1150,6 +1150,60 @@ static void test_lock_and_writeback(void **state)
 }
 
 /* Speculative references (lock-free lookups) and the reclaim's freeze. */
+/*
+ * The version optimistic readers check (folio.h, FOLIO_SEQ_SHIFT): a
+ * snapshot stays valid while nothing happens, never across a lock held
+ * and let go (every writer's changes are made under the lock), never
+ * while locked or removed, and never across a full turn of the 20-bit
+ * version (the wrap count). Each assertion fails if its piece is taken
+ * out of folio_unlock_held() or folio_read_valid().
+ */
+static void test_read_version(void **state)
+{
+	(void)state;
+	struct folio *f;
+	assert_int_equal(folio_new(&f, 0, 16384, 4096), 0);
+	struct folio_seq s;
+	/* Not uptodate: nothing to read without the lock. */
+	assert_false(folio_read_begin(f, &s));
+	assert_int_equal(folio_set_uptodate(f, 0, 16384),
+			 FOLIO_BECAME_UPTODATE);
+	assert_true(folio_read_begin(f, &s));
+	assert_true(folio_read_valid(f, &s));
+	/* A flag nobody reads optimistically changes nothing. */
+	assert_int_equal(folio_start_writeback(f), 0);
+	assert_int_equal(folio_end_writeback(f), 0);
+	assert_true(folio_read_valid(f, &s));
+	/* Locked: no snapshot, and a snapshot taken before fails. */
+	assert_int_equal(folio_trylock(f), 1);
+	assert_false(folio_read_valid(f, &s));
+	struct folio_seq locked;
+	assert_false(folio_read_begin(f, &locked));
+	assert_int_equal(folio_unlock(f), 0);
+	/* Unlocked again: the version moved. */
+	assert_false(folio_read_valid(f, &s));
+	assert_true(folio_read_begin(f, &s));
+	/* A full turn of the version: the same bits, but the wrap count
+	 * moved. */
+	unsigned before = folio_flags(f) & FOLIO_SEQ_MASK;
+	unsigned wraps = atomic_load(&folio_seq_wraps);
+	for (unsigned i = 0; i < (1u << (32 - FOLIO_SEQ_SHIFT)); i++) {
+		assert_true(folio_lock_nowait(f));
+		folio_unlock_held(f);
+	}
+	assert_int_equal(folio_flags(f) & FOLIO_SEQ_MASK, before);
+	assert_int_equal(atomic_load(&folio_seq_wraps), wraps + 1);
+	assert_false(folio_read_valid(f, &s));
+	/* Removed (set under the lock, seen even before the unlock). */
+	assert_true(folio_read_begin(f, &s));
+	folio_mark_removed(f);
+	assert_false(folio_read_valid(f, &s));
+	assert_false(folio_read_begin(f, &s));
+	/* A bare folio: its free must not wait for a grace period. */
+	atomic_fetch_and(&f->flags, ~FOLIO_F_REMOVED);
+	folio_put(f);
+}
+
 static void test_try_get_and_freeze(void **state)
 {
 	(void)state;
@@ -1268,6 +1322,7 @@ int main(void)
 		cmocka_unit_test(test_model_large),
 		cmocka_unit_test(test_next_dirty_missing),
 		cmocka_unit_test(test_take_dirty),
+		cmocka_unit_test(test_read_version),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

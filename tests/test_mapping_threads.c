@@ -397,6 +397,110 @@ static void test_whole_folio_reads(void **state)
 	free(buf);
 }
 
+/*
+ * Every writer of a folio's data or of state an optimistic reader looks
+ * at moves the folio's version (doc/design.md, "Optimistic reads"): a
+ * snapshot a reader took of a cached, uptodate folio is never valid after
+ * a buffered write, a write_begin/write_end, a truncate cutting into it,
+ * a direct write over it, an invalidate or a reclaim. Taking any of
+ * those writers' version bump out (the unlock's, or the removal's) fails
+ * the check after it.
+ */
+#define VB_FOLIO (64u * 1024)
+
+/* A referenced, cached, wholly uptodate folio holding pos and a
+ * snapshot of it. */
+static struct folio *vb_snap(struct folio_mapping *m, uint64_t pos,
+			     struct folio_seq *s)
+{
+	struct folio *f;
+	assert_int_equal(folio_mapping_lookup(m, pos, &f), 0);
+	assert_true(folio_read_begin(f, s));
+	assert_true(folio_read_valid(f, s));
+	return f;
+}
+
+static void vb_fill(struct folio_mapping *m, unsigned char *buf, int c)
+{
+	memset(buf, c, 2 * VB_FOLIO);
+	assert_int_equal(folio_mapping_write(m, buf, 2 * VB_FOLIO, 0),
+			 2 * VB_FOLIO);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+}
+
+static void test_writers_move_version(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	struct folio_pool *pool;
+	struct folio_mapping *m;
+	assert_int_equal(folio_engine_mem(&e, 1u << 20), 0);
+	struct folio_pool_opts po = {.sz = sizeof(po), .budget = 8 * VB_FOLIO};
+	assert_int_equal(folio_pool_new(&pool, &po), 0);
+	struct folio_mapping_opts o = {.sz = sizeof(o),
+				       .min_folio_size = VB_FOLIO,
+				       .max_folio_size = VB_FOLIO,
+				       .engine = e,
+				       .pool = pool};
+	assert_int_equal(folio_mapping_new(&m, &o), 0);
+	/* Aligned for the direct write (valgrind's malloc aligns to 16). */
+	unsigned char *buf = aligned_alloc(4096, 2 * VB_FOLIO);
+	assert_non_null(buf);
+	struct folio_seq s;
+	struct folio *f;
+
+	vb_fill(m, buf, 1);
+	/* A read changes nothing. */
+	f = vb_snap(m, 0, &s);
+	assert_int_equal(folio_mapping_read(m, buf, VB_FOLIO, 0), VB_FOLIO);
+	assert_true(folio_read_valid(f, &s));
+	/* A buffered write of one byte. */
+	assert_int_equal(folio_mapping_write(m, "x", 1, 100), 1);
+	assert_false(folio_read_valid(f, &s));
+	folio_put(f);
+	/* write_begin / write_end. */
+	f = vb_snap(m, 0, &s);
+	struct folio *wf;
+	assert_int_equal(folio_mapping_write_begin(m, 200, 1, &wf), 1);
+	((unsigned char *)folio_data(wf))[200] = 'y';
+	assert_int_equal(folio_mapping_write_end(m, wf, 200, 1), 1);
+	assert_false(folio_read_valid(f, &s));
+	folio_put(f);
+	/* A truncate that zeroes the tail of the second folio. */
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	f = vb_snap(m, VB_FOLIO, &s);
+	assert_int_equal(folio_mapping_truncate(m, VB_FOLIO + 1000), 0);
+	assert_false(folio_read_valid(f, &s));
+	folio_put(f);
+	/* A direct write over a cached folio. */
+	vb_fill(m, buf, 2);
+	f = vb_snap(m, 0, &s);
+	assert_int_equal(folio_mapping_write_direct(m, buf, 4096, 0, 0), 4096);
+	assert_false(folio_read_valid(f, &s));
+	folio_put(f);
+	/* An invalidate. */
+	vb_fill(m, buf, 3);
+	f = vb_snap(m, 0, &s);
+	assert_int_equal(folio_mapping_invalidate(m, 0, VB_FOLIO, 0), 0);
+	assert_false(folio_read_valid(f, &s));
+	folio_put(f);
+	/* Reclaim. A hint pin keeps the header and data to look at
+	 * without making the folio busy (an optimistic reader's epoch
+	 * section does the same). */
+	vb_fill(m, buf, 4);
+	f = vb_snap(m, VB_FOLIO, &s);
+	bool pinned = folio_hint_get(f);
+	folio_put(f);
+	assert_true(folio_pool_shrink(pool, 16 * VB_FOLIO) > 0);
+	assert_true(folio_test_removed(f));
+	assert_false(folio_read_valid(f, &s));
+	folio_hint_put(f, pinned);
+	free(buf);
+	assert_int_equal(folio_mapping_free(m), 0);
+	assert_int_equal(folio_pool_free(pool), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+}
+
 #define LR_FOLIO (16u * 1024)
 #define LR_FOLIOS 48u
 #define LR_SIZE ((uint64_t)LR_FOLIOS * LR_FOLIO)
@@ -665,6 +769,7 @@ int main(void)
 		cmocka_unit_test(test_disjoint),
 		cmocka_unit_test(test_overlapping),
 		cmocka_unit_test(test_whole_folio_reads),
+		cmocka_unit_test(test_writers_move_version),
 		cmocka_unit_test(test_lookup_races),
 		cmocka_unit_test(test_tag_set_during_clear_unless),
 	};

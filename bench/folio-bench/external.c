@@ -39,6 +39,9 @@ static const struct ext_prog progs[] = {
 	 "library RSS and kernel page cache of one file over posix"},
 	{"micro", "epoch", "epoch-bench", EXT_ARG_NONE,
 	 "lock-free lookup read side against a rwlock (and urcu-bp)"},
+	{"micro", "hit-scale", "hit-scale", EXT_ARG_NONE,
+	 "cached 4 KiB read hits, 1 and 2 threads, against memcpy [ITERS] "
+	 "[HOT] [FOLIO] [ROUNDS]"},
 	{"callgrind", "fstime", "callgrind/fstime.sh", EXT_ARG_SELF,
 	 "instructions per 1 KiB buffered write [ITERS] [-- OPTIONS]"},
 	{"callgrind", "read", "callgrind/read.sh", EXT_ARG_SELF,

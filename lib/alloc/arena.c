@@ -87,6 +87,7 @@
 
 #include "alloc/alloc.h"
 #include "alloc/internal.h"
+#include "base/epoch.h"
 
 enum {
 	PD_NONE = 0, /* not the head of a block (inside one, or header) */
@@ -313,12 +314,22 @@ void *alloc_region_get(struct alloc_arena *a, bool *fresh)
 	return region_map(a);
 }
 
+/* Unmap a region that held objects: an optimistic reader (doc/design.md,
+ * "Optimistic reads") may still be copying from a folio freed in it,
+ * inside an epoch section, and its copy must read stale bytes, not fault.
+ * Rare (spare regions are kept first), so a grace period each is cheap. */
+static void unmap_used(struct alloc_arena *a, void *p, size_t len)
+{
+	epoch_synchronize();
+	unmap(a, p, len);
+}
+
 void alloc_region_put(struct alloc_arena *a, void *p)
 {
 	if (a->nspare < ALLOC_SPARE_MAX)
 		a->spare[a->nspare++] = p;
 	else
-		unmap(a, p, ALLOC_CHUNK_SIZE);
+		unmap_used(a, p, ALLOC_CHUNK_SIZE);
 }
 
 /* ---- chunks and the buddy allocator ---- */
@@ -725,7 +736,7 @@ size_t alloc_arena_trim(struct alloc_arena *a)
 	while (a->nspare) {
 		void *p = a->spare[--a->nspare];
 		check_free_region(p, ALLOC_CHUNK_SIZE);
-		unmap(a, p, ALLOC_CHUNK_SIZE);
+		unmap_used(a, p, ALLOC_CHUNK_SIZE);
 		given += ALLOC_CHUNK_SIZE;
 	}
 	given += trim_free_blocks(a, 0);

@@ -41,10 +41,11 @@ struct epoch_domain {
  * every mapping costs no more than one per mapping would. */
 extern struct epoch_domain epoch_global;
 
-/* Enter a read-side section; pass the result to epoch_read_exit(). */
-static inline unsigned epoch_read_enter(void)
+/* Enter a read-side section counted in stripe s (the caller's
+ * brlock_thread_stripe(), when it has it already); pass the result to
+ * epoch_read_exit(). */
+static inline unsigned epoch_read_enter_at(unsigned s)
 {
-	unsigned s = brlock_thread_stripe();
 	for (;;) {
 		uint64_t e = atomic_load(&epoch_global.now);
 		unsigned slot = s * 2 + (unsigned)(e & 1);
@@ -57,6 +58,12 @@ static inline unsigned epoch_read_enter(void)
 		atomic_fetch_sub_explicit(&epoch_global.stripe[s].readers[e & 1],
 					  1, memory_order_release);
 	}
+}
+
+/* Enter a read-side section; pass the result to epoch_read_exit(). */
+static inline unsigned epoch_read_enter(void)
+{
+	return epoch_read_enter_at(brlock_thread_stripe());
 }
 
 static inline void epoch_read_exit(unsigned slot)

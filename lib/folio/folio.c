@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Folio objects: geometry, reference counting, the LOCKED/WRITEBACK flags
- * and sleeping on them. Per-block state lives in blocks.c.
+ * and sleeping on them, the version optimistic readers check (the lock
+ * word's upper bits) and their racy copy. Per-block state lives in blocks.c.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,13 @@
 #include "bitmap/bitmap.h"
 #include "base/futex.h"
 #include "folio/folio.h"
+
+#if !defined(FOLIO_RACY_CHECKED) && defined(__has_include)
+#if __has_include(<valgrind/memcheck.h>)
+#include <valgrind/memcheck.h>
+#define FOLIO_HAVE_MEMCHECK 1
+#endif
+#endif
 
 /* Header + 3 bits per block, in whole words; none for one block. */
 static size_t meta_size(size_t nblocks)
@@ -255,6 +263,62 @@ bool folio_test_locked(const struct folio *f)
 {
 	return test_flag(f, FOLIO_F_LOCKED);
 }
+
+atomic_uint folio_seq_wraps;
+
+void folio_seq_wrap(void)
+{
+	atomic_fetch_add_explicit(&folio_seq_wraps, 1, memory_order_release);
+}
+
+atomic_int folio_racy_plain;
+
+#ifdef FOLIO_RACY_CHECKED
+/* Byte by byte through volatile loads, so that the compiler makes no
+ * memcpy() of it, which the sanitizers' runtime would intercept. */
+#ifdef FOLIO_RACY_TSAN
+__attribute__((no_sanitize("thread")))
+#else
+__attribute__((no_sanitize("address")))
+#endif
+void folio_copy_racy_slow(void *dst, const void *src, size_t n)
+{
+	unsigned char *d = dst;
+	const volatile unsigned char *s = src;
+	for (size_t i = 0; i < n; i++)
+		d[i] = s[i];
+}
+#else
+void folio_copy_racy_slow(void *dst, const void *src, size_t n)
+{
+	int plain = atomic_load_explicit(&folio_racy_plain,
+					 memory_order_relaxed);
+	if (!plain) {
+		/* Only memcheck answers its requests (-1); callgrind and
+		 * plain runs leave the default 0. */
+		plain = 1;
+#ifdef FOLIO_HAVE_MEMCHECK
+		int probe = 0;
+		if ((long)VALGRIND_MAKE_MEM_DEFINED(&probe, sizeof(probe)) == -1)
+			plain = 2;
+#endif
+		atomic_store_explicit(&folio_racy_plain, plain,
+				      memory_order_relaxed);
+	}
+#ifdef FOLIO_HAVE_MEMCHECK
+	if (plain == 2) {
+		/* The source may have been freed (and marked no-access)
+		 * since the copy began: the version check throws such a
+		 * copy away, so memcheck must not report it. */
+		VALGRIND_DISABLE_ERROR_REPORTING;
+		memcpy(dst, src, n);
+		VALGRIND_ENABLE_ERROR_REPORTING;
+		return;
+	}
+#endif
+	memcpy(dst, src, n);
+}
+#endif
 
 void folio_wake_waiters(struct folio *f)
 {

@@ -8,6 +8,7 @@
 #ifndef FOLIO_FOLIO_H
 #define FOLIO_FOLIO_H
 
+#include <string.h>
 #include <time.h>
 
 #include "base/base.h"
@@ -25,6 +26,18 @@
 #define FOLIO_F_WRITE_BEGIN 0x80u /* LOCKED was taken by write_begin() */
 #define FOLIO_F_READAHEAD 0x100u /* reaching it starts the next window */
 #define FOLIO_F_RA_UNREAD 0x200u /* brought in by readahead, not yet read */
+
+/*
+ * The version (bits 12..31 of the flags word): an optimistic reader's
+ * proof that nothing it can see changed while it copied (see
+ * folio_read_begin()). The folio lock is the odd state of a seqcount:
+ * every change of data or of state a reader looks at (uptodate, removed)
+ * is made under it, and every unlock adds FOLIO_SEQ_ONE in the same
+ * atomic operation that clears LOCKED. Bits 10 and 11 stay free for flags.
+ */
+#define FOLIO_SEQ_SHIFT 12
+#define FOLIO_SEQ_ONE (1u << FOLIO_SEQ_SHIFT)
+#define FOLIO_SEQ_MASK (~(FOLIO_SEQ_ONE - 1))
 
 /*
  * Header is 64 bytes on LP64; the per-block state follows in the same
@@ -191,6 +204,73 @@ static inline void folio_clear_flag_wake(struct folio *f, unsigned bit)
 		folio_wake_waiters(f);
 }
 
+/*
+ * The seqcount's barriers and its racy copy. An optimistic reader's copy
+ * races with writers by design and with the allocator once the folio's
+ * data is freed: its result is used only when the version says nothing
+ * changed. Checkers must not see it: under ThreadSanitizer and
+ * AddressSanitizer the copy is a function they do not instrument
+ * (folio_copy_racy_slow()), and under valgrind's memcheck its error
+ * reporting is off for the copy. Everything else (the flags, the wrap
+ * count) is a real atomic, which ThreadSanitizer checks. On x86 loads
+ * stay in order and a locked RMW orders everything, so the barriers are
+ * the compiler's only (TSan, which does not model standalone fences and
+ * which gcc refuses them under, then sees none); elsewhere they are real
+ * fences.
+ */
+#if defined(__SANITIZE_THREAD__)
+#define FOLIO_RACY_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FOLIO_RACY_TSAN 1
+#endif
+#endif
+#if defined(FOLIO_RACY_TSAN) || defined(__SANITIZE_ADDRESS__)
+#define FOLIO_RACY_CHECKED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FOLIO_RACY_CHECKED 1
+#endif
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+/* The lock's locked RMW is a full barrier already: nothing to add. */
+#define folio_seq_fence_release() ((void)0)
+#ifdef FOLIO_RACY_CHECKED
+#define folio_seq_fence_acquire() atomic_signal_fence(memory_order_acquire)
+#else
+#define folio_seq_fence_acquire() atomic_thread_fence(memory_order_acquire)
+#endif
+#else
+#define folio_seq_fence_release() atomic_thread_fence(memory_order_release)
+#define folio_seq_fence_acquire() atomic_thread_fence(memory_order_acquire)
+#endif
+
+/* 1 once known that no checker watches (see folio_copy_racy()). */
+extern atomic_int folio_racy_plain;
+void folio_copy_racy_slow(void *dst, const void *src, size_t n);
+
+static inline void folio_copy_racy(void *dst, const void *src, size_t n)
+{
+#ifdef FOLIO_RACY_CHECKED
+	folio_copy_racy_slow(dst, src, n);
+#else
+	if (__builtin_expect(atomic_load_explicit(&folio_racy_plain,
+						  memory_order_relaxed) == 1,
+			     1))
+		memcpy(dst, src, n);
+	else
+		folio_copy_racy_slow(dst, src, n);
+#endif
+}
+
+/* Bumped (release) by an unlock about to wrap a folio's version, while
+ * it still holds the lock: an optimistic reader compares it before and
+ * after, so no read spans a full turn of a 20-bit version. Once per 2^20
+ * unlocks of one folio: the line stays read-mostly. */
+extern atomic_uint folio_seq_wraps;
+void folio_seq_wrap(void);
+
 /* Inline twins of public calls, for internal callers that hold a valid
  * folio: the fast paths cost a few instructions per call less without
  * the public functions' argument checks and calls. Each public one
@@ -233,16 +313,96 @@ static inline bool folio_try_set_flag(struct folio *f, unsigned bit)
 		 bit);
 }
 
+/* Take the lock without waiting. The release fence orders the LOCKED
+ * store before the holder's data stores (an optimistic reader that saw
+ * one of them then sees LOCKED or a newer version: the seqcount's
+ * write-side barrier; none on x86, where the locked RMW is one). */
 static inline bool folio_lock_nowait(struct folio *f)
 {
-	return folio_try_set_flag(f, FOLIO_F_LOCKED);
+	if (!folio_try_set_flag(f, FOLIO_F_LOCKED))
+		return false;
+	folio_seq_fence_release();
+	return true;
 }
 
-/* Unlock a folio whose lock the caller holds. A lock write_begin() took
- * ends here whoever releases it. */
+/* Unlock a folio whose lock the caller holds, bumping its version (see
+ * FOLIO_SEQ_SHIFT), waking sleepers: one compare-and-swap, as nothing
+ * may read the folio after its unlock. A lock write_begin() took ends
+ * here whoever releases it. */
 static inline void folio_unlock_held(struct folio *f)
 {
+	unsigned v = atomic_load_explicit(&f->flags, memory_order_relaxed);
+	/* The version's bits all set: this unlock wraps it. Checked once:
+	 * a failed CAS below can only have seen other bits change (the
+	 * version moves only under the lock, which is ours). */
+	if (__builtin_expect(v >= FOLIO_SEQ_MASK, 0))
+		folio_seq_wrap();
+	while (!atomic_compare_exchange_weak_explicit(
+		&f->flags, &v,
+		(v & ~(FOLIO_F_LOCKED | FOLIO_F_WRITE_BEGIN | FOLIO_F_WAITERS)) +
+			FOLIO_SEQ_ONE,
+		memory_order_acq_rel, memory_order_relaxed))
+		;
+	if (v & FOLIO_F_WAITERS)
+		folio_wake_waiters(f);
+}
+
+/* Unlock for a holder that changed neither the folio's data nor what an
+ * optimistic reader checks (uptodate, REMOVED): no version bump, so no
+ * reader copying meanwhile retries, and the unlock costs what it did
+ * before versions. Writeback's pass (it takes dirty runs and starts
+ * writeback) and readers under the lock. When in doubt, unlock_held. */
+static inline void folio_unlock_unchanged(struct folio *f)
+{
 	folio_clear_flag_wake(f, FOLIO_F_LOCKED | FOLIO_F_WRITE_BEGIN);
+}
+
+/*
+ * Optimistic reads (doc/design.md, "Optimistic reads"): the seqcount
+ * read side over the flags word, with no write to the folio.
+ *
+ *	struct folio_seq s;
+ *	if (folio_read_begin(f, &s)) {
+ *		folio_copy_racy(dst, f->data + off, n);
+ *		if (folio_read_valid(f, &s)) -> the copy is one state of f
+ *	}
+ *
+ * The caller keeps f's header and data mapped for the whole sequence (an
+ * epoch section, or a reference); the data may still be freed and
+ * reused meanwhile, which the REMOVED bit and the version reveal.
+ * folio_read_begin() is false when the folio is locked, removed, not
+ * wholly uptodate or carries a readahead mark: the locked path decides
+ * those (a mark is taken under the lock, readahead.c).
+ */
+struct folio_seq {
+	unsigned flags, wraps;
+};
+
+static inline bool folio_read_begin(const struct folio *f,
+				    struct folio_seq *s)
+{
+	/* Acquire: an unlock about to wrap bumped the count holding the
+	 * lock, so a reader seeing the bump sees the lock or later. */
+	s->wraps = atomic_load_explicit(&folio_seq_wraps, memory_order_acquire);
+	s->flags = folio_flags(f);
+	return (s->flags & (FOLIO_F_LOCKED | FOLIO_F_REMOVED | FOLIO_F_UPTODATE |
+			    FOLIO_F_READAHEAD | FOLIO_F_RA_UNREAD)) ==
+	       FOLIO_F_UPTODATE;
+}
+
+static inline bool folio_read_valid(const struct folio *f,
+				    const struct folio_seq *s)
+{
+	/* The copy's loads come before the flags load (the seqcount's
+	 * read-side barrier), and that load acquires the unlock it reads
+	 * from, so a wrap it follows is seen in the count. */
+	folio_seq_fence_acquire();
+	unsigned now = folio_flags(f);
+	unsigned keep = FOLIO_SEQ_MASK | FOLIO_F_LOCKED | FOLIO_F_REMOVED |
+			FOLIO_F_UPTODATE;
+	return !((now ^ s->flags) & keep) &&
+	       atomic_load_explicit(&folio_seq_wraps, memory_order_relaxed) ==
+		       s->wraps;
 }
 
 /* The writeback pass checks these for every folio it visits. */

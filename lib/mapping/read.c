@@ -21,66 +21,146 @@ struct read_slot {
 	size_t off, len;
 };
 
+/* Copies an optimistic read of one folio tries before the locked
+ * path: a writer that keeps changing the folio makes a reader wait for
+ * its lock rather than copy over and over. */
+#define READ_OPTIMISTIC_TRIES 3
+
+/*
+ * One folio's part of a cached read that writes nothing the folio's other
+ * users read (doc/design.md, "Optimistic reads"): find the folio holding p
+ * (the thread's hint, whose pinned reference keeps it mapped, else the
+ * index inside an epoch section, which keeps its header mapped and, with
+ * the allocator's grace period before any unmap, its data), copy while it
+ * is unlocked, uptodate and unmarked, and keep the copy only when its
+ * version did not move meanwhile. Returns the bytes copied, 0 when the
+ * locked path must decide (missing, busy, partly uptodate, a readahead
+ * mark to take, a writer that kept changing it).
+ */
+/* read_optimistic()'s copy again, after its first one failed to
+ * validate: out of line, so that the first one's frame stays small. */
+static __attribute__((noinline)) size_t
+read_optimistic_again(const struct folio *f, unsigned char *buf, size_t off,
+		      size_t n)
+{
+	for (unsigned i = 1; i < READ_OPTIMISTIC_TRIES; i++) {
+		struct folio_seq s;
+		if (!folio_read_begin(f, &s))
+			break;
+		folio_copy_racy(buf, f->data + off, n);
+		if (folio_read_valid(f, &s))
+			return n;
+	}
+	return 0;
+}
+
+static inline __attribute__((always_inline)) size_t
+read_optimistic(struct folio_mapping *m, unsigned char *buf, size_t len,
+		uint64_t p, unsigned stripe)
+{
+	struct folio *f;
+	size_t off, got = 0;
+	bool hint = mapping_hint_holding(m, p, &f, &off);
+	unsigned ep = 0;
+	if (!hint) {
+		ep = epoch_read_enter_at(stripe);
+		f = index_lookup(&m->index, mapping_key(m, p));
+		/* A lookup racing a remove and a smaller insert may reach a
+		 * folio that does not hold p (lookup.c). */
+		if (!f || p - f->pos >= folio_bytes(f)) {
+			epoch_read_exit(ep);
+			return 0;
+		}
+		off = (size_t)(p - f->pos);
+	}
+	size_t n = MIN(len, folio_bytes(f) - off);
+	struct folio_seq s;
+	if (folio_read_begin(f, &s)) {
+		folio_copy_racy(buf, f->data + off, n);
+		got = folio_read_valid(f, &s) ? n
+					      : read_optimistic_again(f, buf,
+								      off, n);
+	}
+	if (got && m->cache) {
+		/* Hint hits are no accesses (mapping_grab()); the count is
+		 * written only while it can still rise. */
+		if (!hint)
+			folio_note_access(f);
+		mapping_count_lookup(m, true);
+	}
+	if (!hint)
+		epoch_read_exit(ep);
+	return got;
+}
+
+/* One folio's part under a tried folio lock: what read_optimistic() left
+ * (partly uptodate folios, readahead marks, a busy writer). 0 when the
+ * folio is missing, locked by someone else or not uptodate over the part
+ * wanted. */
+static size_t read_locked(struct folio_mapping *m, unsigned char *buf,
+			  size_t len, uint64_t p)
+{
+	struct folio *f;
+	size_t off;
+	if (mapping_hint_holding(m, p, &f, &off))
+		f = mapping_trylock_hint(m, f);
+	else if ((f = mapping_trylock_cached(m, p, false)))
+		off = (size_t)(p - f->pos);
+	if (!f)
+		return 0;
+	size_t n = MIN(len, folio_bytes(f) - off);
+	bool ok = folio_all_uptodate(f) || folio_is_uptodate(f, off, n) == 1;
+	if (ok) {
+		memcpy(buf, f->data + off, n);
+		/* Readahead (readahead.c): see folio_mapping_read(). */
+		mapping_readahead_reached(m, f);
+	}
+	folio_unlock_unchanged(f);
+	return ok ? n : 0;
+}
+
 /*
  * The read fast path: copy [pos, pos+len) out of cached folios that are
- * uptodate over the part wanted, in order, each under a tried folio lock
- * (atomic per folio against writes, safe against reclaim and truncate),
- * until a folio is missing, busy or not uptodate there: no request, no
- * io_group, no engine. Returns the bytes copied; the caller does the rest
- * the ordinary way, which waits for busy folios. Caller holds io_lock
- * shared and has clamped len to EOF. The write fast path (write.c) is
- * the same loop copying the other way.
+ * uptodate over the part wanted, in order, each one atomically against
+ * writes (an optimistic copy its version validates, else under a tried
+ * folio lock), until a folio is missing, busy or not uptodate there: no
+ * request, no io_group, no engine. Returns the bytes copied; the caller
+ * does the rest the ordinary way, which waits for busy folios. Caller
+ * holds io_lock shared, has clamped len to EOF and copied `done` bytes
+ * already (the first folio's optimistic copy is inline in
+ * folio_mapping_read(): most reads end there, and out here the loop's
+ * state does not crowd it). The write fast path (write.c) is the locked
+ * loop copying the other way.
  */
-static inline __attribute__((always_inline)) size_t
+static __attribute__((noinline)) size_t
 read_cached(struct folio_mapping *m, unsigned char *buf, size_t len,
-	    uint64_t pos)
+	    uint64_t pos, size_t done, unsigned stripe)
 {
-	size_t done = 0;
 	while (done < len) {
-		uint64_t p = pos + done;
-		struct folio *f;
-		size_t off;
-		if (mapping_hint_holding(m, p, &f, &off))
-			f = mapping_trylock_hint(m, f);
-		else if ((f = mapping_trylock_cached(m, p, false)))
-			off = (size_t)(p - f->pos);
-		if (!f)
-			break;
-		size_t n = MIN(len - done, folio_bytes(f) - off);
-		bool ok = folio_all_uptodate(f) ||
-			  folio_is_uptodate(f, off, n) == 1;
-		if (ok) {
-			memcpy(buf + done, f->data + off, n);
-			/* Readahead (readahead.c): see folio_mapping_read(). */
-			mapping_readahead_reached(m, f);
-		}
-		folio_unlock_held(f);
-		if (!ok)
+		size_t n = read_optimistic(m, buf + done, len - done,
+					   pos + done, stripe);
+		if (!n)
+			n = read_locked(m, buf + done, len - done, pos + done);
+		if (!n)
 			break;
 		done += n;
 	}
 	return done;
 }
 
-ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
-			   uint64_t pos)
+/*
+ * The rest of a read the cached path left at `done` (of len, clamped to
+ * EOF; `want` as asked), holding io_lock shared, which it drops; returns
+ * what folio_mapping_read() returns. Out of line, so that a hit's frame
+ * holds none of the batch below.
+ */
+static __attribute__((noinline)) ssize_t
+read_uncached(struct folio_mapping *m, unsigned char *dst, size_t len,
+	      uint64_t pos, size_t want, size_t done)
 {
-	int err = mapping_check_io_args(m, buf, len, pos);
-	if (err)
-		return err;
-	if (len > SSIZE_MAX)
-		len = SSIZE_MAX;
-
-	unsigned char *dst = buf;
-	size_t done = 0, want = len;
+	int err = 0;
+	uint64_t eof;
 	struct mapping_cache_credit credit = {0, 0};
-	brlock_read_lock(&m->io_lock);
-	uint64_t eof = mapping_eof(m);
-	if (pos >= eof)
-		len = 0;
-	else
-		len = (size_t)MIN((uint64_t)len, eof - pos);
-	done = read_cached(m, dst, len, pos);
 	/* Readahead (readahead.c) learns from every read the cache could
 	 * not serve, and may start reading beyond it before the read itself
 	 * locks anything. */
@@ -155,4 +235,32 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 	mapping_cache_credit_return(m, &credit);
 	stat_add(&m->stats.io_bytes[brlock_thread_stripe()].read, done);
 	return done ? (ssize_t)done : err;
+}
+
+ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
+			   uint64_t pos)
+{
+	int err = mapping_check_io_args(m, buf, len, pos);
+	if (err)
+		return err;
+	if (len > SSIZE_MAX)
+		len = SSIZE_MAX;
+
+	size_t want = len;
+	/* One stripe lookup for the lock, the epoch and the counter. */
+	unsigned stripe = brlock_thread_stripe();
+	brlock_read_lock_at(&m->io_lock, stripe);
+	uint64_t eof = mapping_eof(m);
+	if (pos >= eof)
+		len = 0;
+	else
+		len = (size_t)MIN((uint64_t)len, eof - pos);
+	size_t done = len ? read_optimistic(m, buf, len, pos, stripe) : 0;
+	if (done < len)
+		done = read_cached(m, buf, len, pos, done, stripe);
+	if (done < len)
+		return read_uncached(m, buf, len, pos, want, done);
+	brlock_read_unlock_at(&m->io_lock, stripe);
+	stat_add(&m->stats.io_bytes[stripe].read, done);
+	return (ssize_t)done;
 }

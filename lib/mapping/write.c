@@ -256,15 +256,14 @@ write_cached(struct folio_mapping *m, const unsigned char *src, size_t len,
 		if (!f)
 			break;
 		size_t n = MIN(len - done, folio_bytes(f) - off);
-		bool ok = folio_all_uptodate(f) ||
-			  folio_is_uptodate(f, off, n) == 1;
-		if (ok) {
-			memcpy(f->data + off, src + done, n);
-			commit_write(m, f, p, n);
-		}
-		folio_unlock_held(f);
-		if (!ok)
+		if (!folio_all_uptodate(f) &&
+		    folio_is_uptodate(f, off, n) != 1) {
+			folio_unlock_held(f);
 			break;
+		}
+		memcpy(f->data + off, src + done, n);
+		commit_write(m, f, p, n);
+		folio_unlock_held(f);
 		done += n;
 		if (done < len)
 			throttle_between_folios(m);

@@ -300,13 +300,15 @@ static uint64_t visit_folio(struct folio_mapping *m, struct rq_builder *b,
 	}
 	if (!skip && folio_flag_dirty(f)) {
 		uint64_t queued = writeback_folio(m, b, f, node, p->merge_gap);
-		folio_unlock_held(f);
+		/* Dirty runs taken, writeback started: nothing an
+		 * optimistic reader sees changed. */
+		folio_unlock_unchanged(f);
 		return queued;
 	}
 	/* A stale tag (the runs went out with an earlier pass): drop it. */
 	if (!skip)
 		mapping_tag_drop_at(m, f, node, INDEX_TAG_DIRTY, still_dirty);
-	folio_unlock_held(f);
+	folio_unlock_unchanged(f);
 	folio_put(f);
 	return 0;
 }
