@@ -399,8 +399,8 @@ static void add_rows(struct bench_ctx *c, const char *name,
  * "N files"), which goes into the variant names when a run has two. */
 struct layout {
 	unsigned n;
-	char label[16];
-	char suffix[24]; /* " (label)" */
+	char label[24];
+	char suffix[32]; /* " (label)" */
 	bool labelled;   /* the suffix goes into the names */
 };
 
