@@ -38,52 +38,10 @@
 #include "mapping/extents.h"
 #include "engine/engine.h"
 #include "folio/folio.h"
+#include "mapping/ra_state.h"
 
 struct mapping_cache;
 
-
-/*
- * Readahead state (readahead.c): a few sequential streams, each a reader
- * moving forward contiguously or at a fixed stride, and the window last
- * started for it. Small and under one spinlock: it is touched once per
- * read call and once per window.
- */
-#define MAPPING_RA_STREAMS 4
-/* Most windows a stream has started that its reader has not reached. */
-#define MAPPING_RA_DEPTH 4
-
-struct mapping_ra_stream {
-	uint64_t prev;      /* start of the stream's last read */
-	uint64_t next;      /* where a contiguous read would continue */
-	uint64_t stride;    /* distance between its last two reads; 0: none */
-	uint64_t win_start; /* the latest window: [win_start, win_end) */
-	uint64_t win_end;
-	uint64_t reached;   /* start of the window the reader is in */
-	/* Where the windows the reader has not reached yet carry their
-	 * marks, ascending. */
-	uint64_t ahead[MAPPING_RA_DEPTH];
-	unsigned nahead;
-	uint64_t used;      /* clock of its last read, for replacement */
-	unsigned seq;       /* reads in a row that continued it */
-	bool live;
-};
-
-/* Lock: `lock` guards the streams and the clock; `inflight` is an atomic
- * count, `async` a relaxed hint, `max` is fixed at creation
- * (doc/design.md, "Concurrency"). */
-struct mapping_ra {
-	/* Readahead batches whose requests are in flight: free, truncate
-	 * and invalidate wait for them (readahead.c). */
-	atomic_uint inflight;
-	/* The engine completed the last window after its submitter let go
-	 * of it (not inside submit()): windows overlap, so keep several
-	 * going (readahead.c). */
-	atomic_bool async;
-	uint64_t max; /* largest window, bytes */
-	spinlock_t lock;
-	uint64_t clock;
-	struct mapping_ra_stream s[MAPPING_RA_STREAMS];
-};
 
 /*
  * Each group of fields names the lock or rule that guards it; the lock
