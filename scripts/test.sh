@@ -43,12 +43,13 @@ step "gcc build + tests"
 setup build/gcc
 meson test -C build/gcc --print-errorlogs
 
-# The fuse suite is left out: its test is a bash script, and valgrind
-# would check bash (it does not follow into folio-fuse). The ASan run
-# below covers folio-fuse itself (its leaks make it exit non-zero).
+# The fuse and script suites are left out: their tests are shell
+# scripts, and valgrind would check the shell (it does not follow into
+# the programs they start). The ASan run below covers those programs
+# (leaks make them exit non-zero).
 step "valgrind (memcheck, leaks fail)"
 meson test -C build/gcc --setup valgrind --print-errorlogs --no-suite install \
-	--no-suite fuse
+	--no-suite fuse --no-suite script
 
 step "gcc ASan + UBSan"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
