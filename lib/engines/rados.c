@@ -143,19 +143,14 @@ static int header_write(struct rados_eng *re, uint64_t size)
 	return r;
 }
 
-/* Store the high-water mark @high (trim_lock held). */
-static int high_write(struct rados_eng *re, uint64_t high)
+/* Store the high-water mark @high in the header (trim_lock held; the
+ * caller keeps re->high). */
+static int high_store(struct rados_eng *re, uint64_t high)
 {
 	char buf[24];
 	int n = snprintf(buf, sizeof(buf), "%" PRIu64, high);
-	int r = R->setxattr(re->ioctx, re->prefix, RADOS_XATTR_HIGH, buf,
-			    (size_t)n);
-	if (!r) {
-		pthread_mutex_lock(&re->lock);
-		re->high = high;
-		pthread_mutex_unlock(&re->lock);
-	}
-	return r;
+	return R->setxattr(re->ioctx, re->prefix, RADOS_XATTR_HIGH, buf,
+			   (size_t)n);
 }
 
 /* Before data reaching @end goes out: raise the mark over it. */
@@ -165,8 +160,16 @@ static int high_raise(struct rados_eng *re, uint64_t end)
 	pthread_mutex_lock(&re->lock);
 	bool need = end > re->high;
 	pthread_mutex_unlock(&re->lock);
-	uint64_t to = end + (re->osize - end % re->osize) % re->osize;
-	int r = need ? high_write(re, MIN(to, FOLIO_MAX_POS)) : 0;
+	uint64_t to = MIN(end + (re->osize - end % re->osize) % re->osize,
+			  FOLIO_MAX_POS);
+	/* Raised in memory only once stored: no data may go past the
+	 * stored mark. */
+	int r = need ? high_store(re, to) : 0;
+	if (need && !r) {
+		pthread_mutex_lock(&re->lock);
+		re->high = to;
+		pthread_mutex_unlock(&re->lock);
+	}
 	pthread_mutex_unlock(&re->trim_lock);
 	return r;
 }
@@ -554,9 +557,15 @@ static int trim_garbage(struct rados_eng *re)
 			re->garbage_to = 0;
 		uint64_t low = MAX(re->size, re->extent);
 		bool lower = !re->garbage_to && re->high > low;
+		/* Lowered in memory first, in the same step that read the
+		 * writes' extent: a write submitted from now on sees the
+		 * lower mark and raises it again, after this store
+		 * (high_raise() waits for trim_lock). */
+		if (lower)
+			re->high = low;
 		pthread_mutex_unlock(&re->lock);
 		if (lower)
-			(void)high_write(re, low);
+			(void)high_store(re, low);
 	}
 	pthread_mutex_unlock(&re->trim_lock);
 	return r;
@@ -581,6 +590,10 @@ static int re_submit(void *ctx, struct folio_io *io)
 	if (garbage && (r = trim_garbage(re)))
 		return r;
 	pthread_mutex_lock(&re->lock);
+	/* On record before the mark is looked at, so that a trim lowering
+	 * the mark meanwhile keeps it over this write (trim_garbage()). */
+	if (write)
+		re->extent = MAX(re->extent, end);
 	bool high = write && end > re->high;
 	pthread_mutex_unlock(&re->lock);
 	if (high && (r = high_raise(re, end)))
@@ -616,7 +629,6 @@ static int re_submit(void *ctx, struct folio_io *io)
 	if (write) {
 		rq->parity = re->parity;
 		re->writes[rq->parity]++;
-		re->extent = MAX(re->extent, end);
 	}
 	if (list) {
 		if (re->qtail)
