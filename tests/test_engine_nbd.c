@@ -271,8 +271,9 @@ static void test_round_trip(void **state)
 	for (int k = 0; k < 6; k++) {
 		uint64_t pos = test_rand_below(&seed, (8u << 20) - LEN);
 		fill(in, LEN, seed + (uint64_t)k);
-		/* Single segments go out as they are, several through a
-		 * bounce buffer; seeds cut empty segments in. */
+		/* Segments cut from one buffer follow each other in
+		 * memory: one command straight from it; seeds cut empty
+		 * segments in. */
 		assert_int_equal(do_io(e, FOLIO_IO_WRITE, pos, in, LEN, 1 + k,
 				       k & 1 ? seed : 0), LEN);
 		memset(out, 0, LEN);
@@ -365,6 +366,81 @@ static void test_big_request(void **state)
 	assert_int_equal(folio_engine_free(e), 0);
 	free(in);
 	free(out);
+	srv_stop(&s);
+}
+
+/* Lay @t's @nseg segments of @seg bytes out in @pool in runs of @per_run
+ * consecutive segments, a gap of one segment between runs. */
+static void scatter(struct tio *t, char *pool, size_t seg, int nseg,
+		    int per_run)
+{
+	for (int i = 0; i < nseg; i++) {
+		size_t run = (size_t)(i / per_run), k = (size_t)(i % per_run);
+		t->iov[i].iov_base = pool + run * (size_t)(per_run + 1) * seg +
+				     k * seg;
+		t->iov[i].iov_len = seg;
+	}
+}
+
+/* Commands for one request over @nseg segments laid out by scatter(),
+ * with the data checked through a raw client and read back. */
+static uint64_t scattered_io(struct folio_engine *e, const struct srv *s,
+			     uint64_t pos, size_t seg, int nseg, int per_run,
+			     uint64_t seed)
+{
+	size_t len = seg * (size_t)nseg;
+	size_t span = (size_t)(nseg / per_run + 1) * (size_t)(per_run + 1) * seg;
+	char *pool = xmalloc(span), *back = xmalloc(span);
+	char *want = xmalloc(len), *got = xmalloc(len);
+	fill(pool, span, seed);
+	struct tio t;
+	tio_prep(&t, FOLIO_IO_WRITE, pos, pool, len, nseg, 0);
+	scatter(&t, pool, seg, nseg, per_run);
+	uint64_t before = nbd_info(e).commands;
+	assert_int_equal(tio_run(e, &t), (long)len);
+	uint64_t cmds = nbd_info(e).commands - before;
+	for (int i = 0; i < nseg; i++)
+		memcpy(want + (size_t)i * seg, t.iov[i].iov_base, seg);
+	raw_read(s, got, len, pos);
+	assert_memory_equal(want, got, len);
+	tio_free(&t);
+	memset(back, 0, span);
+	tio_prep(&t, FOLIO_IO_READ, pos, back, len, nseg, 0);
+	scatter(&t, back, seg, nseg, per_run);
+	before = nbd_info(e).commands;
+	assert_int_equal(tio_run(e, &t), (long)len);
+	assert_int_equal(nbd_info(e).commands - before, cmds);
+	for (int i = 0; i < nseg; i++)
+		assert_memory_equal(t.iov[i].iov_base, want + (size_t)i * seg,
+				    seg);
+	tio_free(&t);
+	free(pool);
+	free(back);
+	free(want);
+	free(got);
+	return cmds;
+}
+
+/* Folios of one allocator run lie next to each other: a request goes out
+ * as a command per run of consecutive memory, without a copy, when the
+ * runs are long; short scattered segments go as one command through a
+ * bounce buffer instead of a command each. */
+static void test_memory_runs(void **state)
+{
+	(void)state;
+	uint64_t seed = test_seed("nbd_memory_runs");
+	struct srv s;
+	srv_start(&s, 0, mem_8m);
+	struct folio_engine *e = nbd_new(&s, 0, 0, 0);
+	/* Three runs of 6 x 64 KiB: three commands. */
+	assert_int_equal(scattered_io(e, &s, 4096, 64 << 10, 18, 6, seed), 3);
+	/* 48 scattered 8 KiB segments: one command, copied. */
+	assert_int_equal(scattered_io(e, &s, 2u << 20, 8 << 10, 48, 1,
+				      seed + 1), 1);
+	/* Runs of 32 KiB: too short to pay a command each. */
+	assert_int_equal(scattered_io(e, &s, 5u << 20, 8 << 10, 48, 4,
+				      seed + 2), 1);
+	assert_int_equal(folio_engine_free(e), 0);
 	srv_stop(&s);
 }
 
@@ -821,6 +897,7 @@ int main(void)
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_many_in_flight),
 		cmocka_unit_test(test_big_request),
+		cmocka_unit_test(test_memory_runs),
 		cmocka_unit_test(test_chain),
 		cmocka_unit_test(test_wait),
 		cmocka_unit_test(test_durable),

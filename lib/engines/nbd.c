@@ -39,6 +39,9 @@
 /* Largest read or write command: the server's maximum when smaller. Big
  * enough that a merged writeback request is one command per few MiB. */
 #define NE_CMD_MAX (4u << 20)
+/* Shortest average run of consecutive request memory worth a command of
+ * its own instead of a copy through a bounce buffer. */
+#define NE_RUN_MIN (256u << 10)
 /* Largest write-zeroes command (the protocol's length is 32 bits). */
 #define NE_ZERO_MAX (1u << 30)
 /* After reconnecting failed, calls fail at once for this long. */
@@ -65,7 +68,7 @@ struct ne_cmd {
 	uint64_t off;      /* export offset */
 	size_t len;
 	size_t io_off;     /* offset of this command's bytes in the request */
-	void *buf;         /* into the request's single segment, or bounce */
+	void *buf;         /* into the request's memory, or bounce */
 	void *bounce;      /* owned: a command over several segments */
 	unsigned conn;
 	uint64_t gen;      /* the connection's generation when given it */
@@ -179,17 +182,40 @@ static void iov_copy(const struct folio_io *io, size_t off, void *buf,
 	}
 }
 
-/* The segment holding bytes [off, off+len) of @io whole, or NULL. */
-static void *iov_direct(const struct folio_io *io, size_t off, size_t len)
+/* The bytes of @io from @off that lie at consecutive addresses (segments
+ * that follow each other in memory, as folios of one allocator run often
+ * do): their start in *@base and their count. */
+static size_t iov_run(const struct folio_io *io, size_t off, char **base)
 {
-	for (int i = 0; i < io->iovcnt; i++) {
-		size_t l = io->iov[i].iov_len;
-		if (off < l)
-			return len <= l - off ?
-				       (char *)io->iov[i].iov_base + off : NULL;
-		off -= l;
+	int i = 0;
+	while (i < io->iovcnt && off >= io->iov[i].iov_len)
+		off -= io->iov[i++].iov_len;
+	if (i == io->iovcnt)
+		return 0;
+	*base = (char *)io->iov[i].iov_base + off;
+	size_t n = io->iov[i].iov_len - off;
+	while (++i < io->iovcnt &&
+	       (char *)io->iov[i].iov_base == *base + n)
+		n += io->iov[i].iov_len;
+	return n;
+}
+
+/* Commands for the first @in bytes of @io when each goes straight to or
+ * from the request's memory, one per run of consecutive segments (split
+ * at @max); 0 when the runs are too short on average for that to beat one
+ * command over a bounce buffer (a command costs a round trip's share on
+ * the server, a copy only memory bandwidth). */
+static unsigned direct_cmds(const struct folio_io *io, size_t in, size_t max)
+{
+	unsigned runs = 0, cmds = 0;
+	for (size_t off = 0; off < in;) {
+		char *p;
+		size_t n = MIN(iov_run(io, off, &p), in - off);
+		runs++;
+		cmds += (unsigned)((n + max - 1) / max);
+		off += n;
 	}
-	return NULL;
+	return runs <= 1 + in / NE_RUN_MIN ? cmds : 0;
 }
 
 /* ---- finishing commands and requests (mu held) ----------------------- */
@@ -618,7 +644,9 @@ static int ne_submit(void *arg, struct folio_io *io)
 	if (r)
 		return r;
 
-	unsigned ndata = (unsigned)((in + c->cmd_max - 1) / c->cmd_max);
+	unsigned ndirect = direct_cmds(io, in, c->cmd_max);
+	unsigned ndata = ndirect ? ndirect :
+			 (unsigned)((in + c->cmd_max - 1) / c->cmd_max);
 	bool barrier_lost = false, need_flush = false;
 	uint64_t mark = 0;
 	if (engine_io_durable(io)) {
@@ -632,17 +660,23 @@ static int ne_submit(void *arg, struct folio_io *io)
 	struct ne_rq *rq = rq_alloc(c, io, ndata + need_flush);
 	if (!rq)
 		return -ENOMEM;
+	size_t off = 0, run = 0;
+	char *base = NULL;
 	for (unsigned i = 0; i < ndata; i++) {
 		struct ne_cmd *cmd = &rq->cmd[i];
-		size_t off = (size_t)i * c->cmd_max;
+		if (ndirect && !run)
+			run = MIN(iov_run(io, off, &base), in - off);
 		cmd->rq = rq;
 		cmd->kind = write ? NE_WRITE : NE_READ;
 		cmd->off = io->dev_pos + off;
-		cmd->len = MIN(c->cmd_max, in - off);
+		cmd->len = MIN(c->cmd_max, ndirect ? run : in - off);
 		cmd->io_off = off;
 		cmd->flags = engine_io_durable(io) ? LIBNBD_CMD_FLAG_FUA : 0;
-		cmd->buf = iov_direct(io, off, cmd->len);
-		if (!cmd->buf) {
+		if (ndirect) {
+			cmd->buf = base;
+			base += cmd->len;
+			run -= cmd->len;
+		} else {
 			cmd->bounce = malloc(cmd->len);
 			if (!cmd->bounce) {
 				rq_free(rq);
@@ -652,6 +686,7 @@ static int ne_submit(void *arg, struct folio_io *io)
 			if (write)
 				iov_copy(io, off, cmd->bounce, cmd->len, false);
 		}
+		off += cmd->len;
 	}
 	if (need_flush) {
 		struct ne_cmd *cmd = &rq->cmd[ndata];
