@@ -58,9 +58,11 @@ struct folio_nbd_opts {
  * One export is one object: file position = device position = export
  * offset (a map() callback is not used). Every request is asynchronous:
  * submit() sends it (nbd_aio_pread / nbd_aio_pwrite; a request larger than
- * the server's maximum is cut into several commands, and a request of
- * several segments goes through one bounce buffer per command, so that a
- * merged write is one command, not one per folio) and returns. One thread
+ * the server's maximum is cut into several commands; segments that follow
+ * each other in memory go out as one command straight from or into them,
+ * and a request of many short scattered segments through one bounce buffer
+ * per command, so that a merged write is one command, not one per folio)
+ * and returns. One thread
  * at a time drives the connections (poll() on their sockets, libnbd's
  * reads and writes) and delivers completions outside every lock, so a
  * completion may submit again: a thread in wait() when there is one (the
