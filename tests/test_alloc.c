@@ -270,6 +270,48 @@ static void test_reuse(void **state)
 	assert_int_equal(stats_of(a).data_bytes, 0);
 }
 
+/* A run whose last block is freed stays whole, standing for a spare
+ * region: the next block of its order comes from it without rebuilding
+ * it, and a caller needing a whole region when no spare is left gets it. */
+static void test_kept_run(void **state)
+{
+	struct fixture *fx = *state;
+	struct alloc_arena *a = &fx->arena;
+	const unsigned c64k = alloc_data_class(64 * KIB);
+	const unsigned c2m = alloc_data_class(2 * MIB);
+	void *p = alloc_obj(a, NULL, c64k, NULL);
+	assert_non_null(p);
+	size_t maps = fx->mock.maps;
+	alloc_obj_free(a, NULL, c64k, p);
+	struct alloc_stats st = stats_of(a);
+	assert_int_equal(st.runs, 0);
+	assert_int_equal(st.spare_chunks, 1);
+	assert_int_equal(st.mapped_bytes, ALLOC_CHUNK_SIZE);
+	assert_int_equal(st.free_resident_bytes, 0);
+	for (int i = 0; i < 3; i++) {
+		void *q = alloc_obj(a, NULL, c64k, NULL);
+		assert_ptr_equal(q, p);
+		assert_int_equal(stats_of(a).runs, 1);
+		alloc_obj_free(a, NULL, c64k, q);
+	}
+	assert_int_equal(fx->mock.maps, maps);
+	void *h = alloc_obj(a, NULL, c2m, NULL);
+	assert_non_null(h);
+	assert_int_equal(fx->mock.maps, maps);
+	assert_ptr_equal(h, (void *)((uintptr_t)p & ~(uintptr_t)(ALLOC_CHUNK_SIZE - 1)));
+	st = stats_of(a);
+	assert_int_equal(st.spare_chunks, 0);
+	assert_int_equal(st.huge_blocks, 1);
+	alloc_obj_free(a, NULL, c2m, h);
+	/* Kept again, then trimmed away with the spares. */
+	p = alloc_obj(a, NULL, c64k, NULL);
+	alloc_obj_free(a, NULL, c64k, p);
+	assert_true(alloc_arena_trim(a) >= ALLOC_CHUNK_SIZE);
+	st = stats_of(a);
+	assert_int_equal(st.spare_chunks + st.runs, 0);
+	assert_int_equal(fx->mock.mapped, 0);
+}
+
 /* ---- coalescing and giving chunks back ---- */
 
 static void test_coalesce_to_chunk(void **state)
@@ -834,6 +876,7 @@ int main(void)
 		cmocka_unit_test(test_classes),
 		cmocka_unit_test_setup_teardown(test_every_class, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reuse, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_kept_run, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_coalesce_to_chunk, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_chunks_unmapped, setup,

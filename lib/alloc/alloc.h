@@ -114,7 +114,14 @@ struct alloc_arena {
 	 * a table by region address (run_used: slots live or emptied). */
 	struct alloc_run *run_head[ALLOC_RUN_ORDERS];
 	struct alloc_run **run_tab;
-	size_t run_mask, run_used, nruns;
+	struct alloc_run *run_spare_desc; /* a released run's, for reuse */
+	/* Per order, one wholly free run kept whole (off the lists, out of
+	 * nruns): a folio freed and allocated in turn then neither releases
+	 * nor rebuilds its run. It stands for a spare region in every count
+	 * (nkept + nspare <= ALLOC_SPARE_MAX, stats, free_resident), and a
+	 * caller needing a region when no spare is left takes it. */
+	struct alloc_run *run_kept[ALLOC_RUN_ORDERS];
+	size_t run_mask, run_used, nruns, nkept;
 };
 
 struct alloc_stats {

@@ -306,6 +306,8 @@ fail:
 
 void *alloc_region_get(struct alloc_arena *a, bool *fresh)
 {
+	if (!a->nspare && a->nkept)
+		alloc_run_release_kept(a);
 	if (a->nspare) {
 		*fresh = false;
 		return a->spare[--a->nspare];
@@ -326,7 +328,7 @@ static void unmap_used(struct alloc_arena *a, void *p, size_t len)
 
 void alloc_region_put(struct alloc_arena *a, void *p)
 {
-	if (a->nspare < ALLOC_SPARE_MAX)
+	if (a->nspare + a->nkept < ALLOC_SPARE_MAX)
 		a->spare[a->nspare++] = p;
 	else
 		unmap_used(a, p, ALLOC_CHUNK_SIZE);
@@ -673,6 +675,7 @@ struct alloc_arena alloc_default_arena = {
 int alloc_arena_destroy(struct alloc_arena *a)
 {
 	pthread_mutex_lock(&a->lock);
+	alloc_run_release_kept(a);
 	bool busy = a->tcaches != NULL;
 	for (unsigned cls = 0; cls < ALLOC_NCLASSES; cls++)
 		busy |= a->out[cls] != 0;
@@ -697,9 +700,10 @@ void alloc_arena_stats(struct alloc_arena *a, struct alloc_stats *st)
 	pthread_mutex_lock(&a->lock);
 	st->chunks = a->nchunks;
 	st->huge_blocks = a->nhuge;
-	st->spare_chunks = a->nspare;
+	st->spare_chunks = a->nspare + a->nkept;
 	st->runs = a->nruns;
-	st->mapped_bytes = (a->nchunks + a->nhuge + a->nspare + a->nruns) *
+	st->mapped_bytes = (a->nchunks + a->nhuge + a->nspare + a->nkept +
+			    a->nruns) *
 			   ALLOC_CHUNK_SIZE;
 	for (unsigned cls = 0; cls < ALLOC_NCLASSES; cls++) {
 		size_t bytes = a->out[cls] * alloc_class_size(cls);
@@ -733,6 +737,7 @@ size_t alloc_arena_trim(struct alloc_arena *a)
 {
 	size_t given = 0;
 	pthread_mutex_lock(&a->lock);
+	alloc_run_release_kept(a);
 	while (a->nspare) {
 		void *p = a->spare[--a->nspare];
 		check_free_region(p, ALLOC_CHUNK_SIZE);

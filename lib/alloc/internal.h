@@ -37,6 +37,9 @@ void alloc_run_give(struct alloc_arena *a, unsigned order, void *p);
 size_t alloc_run_trim(struct alloc_arena *a, unsigned order, size_t target);
 /* What describing the runs takes (their structs and the table). */
 size_t alloc_run_header_bytes(const struct alloc_arena *a);
+/* Release the wholly free runs kept whole: their regions become spares
+ * (or are unmapped when the spares are full). */
+void alloc_run_release_kept(struct alloc_arena *a);
 /* Free the run table (no run left). */
 void alloc_run_destroy(struct alloc_arena *a);
 /* The bytes sitting in the arena's thread caches (tcache.c). */

@@ -137,13 +137,20 @@ static struct alloc_run *run_new(struct alloc_arena *a, unsigned order)
 {
 	if (run_tab_reserve(a))
 		return NULL;
-	struct alloc_run *r = calloc(1, sizeof(*r));
-	if (!r)
+	struct alloc_run *r = a->run_spare_desc;
+	if (r) {
+		a->run_spare_desc = NULL;
+		memset(r, 0, sizeof(*r));
+	} else if (!(r = calloc(1, sizeof(*r)))) {
 		return NULL;
+	}
 	bool fresh;
 	void *p = alloc_region_get(a, &fresh);
 	if (!p) {
-		free(r);
+		if (!a->run_spare_desc)
+			a->run_spare_desc = r;
+		else
+			free(r);
 		return NULL;
 	}
 	r->base = (uintptr_t)p;
@@ -161,7 +168,17 @@ static struct alloc_run *run_new(struct alloc_arena *a, unsigned order)
 
 void *alloc_run_take(struct alloc_arena *a, unsigned order, bool *zero)
 {
-	struct alloc_run *r = a->run_head[order - ALLOC_RUN_MIN_ORDER];
+	unsigned k = order - ALLOC_RUN_MIN_ORDER;
+	struct alloc_run *r = a->run_head[k];
+	if (!r && (r = a->run_kept[k])) {
+		/* Back in use as a spare region would come back (run_new). */
+		a->run_kept[k] = NULL;
+		a->nkept--;
+		a->nruns++;
+		r->zero = 0;
+		a->free_resident += ALLOC_CHUNK_SIZE;
+		run_list_add(a, r);
+	}
 	if (!r && !(r = run_new(a, order)))
 		return NULL;
 	unsigned i = (unsigned)__builtin_ctz(r->free);
@@ -176,19 +193,38 @@ void *alloc_run_take(struct alloc_arena *a, unsigned order, bool *zero)
 	return (char *)r->base + ((size_t)i << (ALLOC_PAGE_SHIFT + order));
 }
 
-/* The run wholly free: the region goes back (a spare, or unmapped). */
-static void run_release(struct alloc_arena *a, struct alloc_run **slot)
+/* A wholly free run leaves the lists and the counts of runs in use; its
+ * free blocks stop counting as resident free memory, as a spare's. */
+static void run_retire(struct alloc_arena *a, struct alloc_run *r)
+{
+	a->free_resident -= run_block_size(r->order) *
+			    (size_t)__builtin_popcount(r->free & ~r->zero);
+	run_list_del(a, r);
+	a->nruns--;
+}
+
+/* A retired run's region goes back (a spare, or unmapped). */
+static void run_drop(struct alloc_arena *a, struct alloc_run **slot)
 {
 	struct alloc_run *r = *slot;
-	size_t bs = run_block_size(r->order);
-	for (uint32_t nz = r->free & ~r->zero; nz; nz &= nz - 1)
-		a->free_resident -= bs;
-	run_list_del(a, r);
-	*slot = RUN_GONE;
-	a->nruns--;
+	/* A slot whose successor is empty ends every probe through it, so it
+	 * can be emptied too: a run released and made again (one folio freed
+	 * and allocated in turn) then leaves no tombstones that would make
+	 * the table grow and rehash. */
+	if (!a->run_tab[(size_t)(slot - a->run_tab + 1) & a->run_mask]) {
+		*slot = NULL;
+		a->run_used--;
+	} else {
+		*slot = RUN_GONE;
+	}
 	check_free_region((void *)r->base, ALLOC_CHUNK_SIZE);
 	alloc_region_put(a, (void *)r->base);
-	free(r);
+	/* One struct kept: a folio freed and allocated in turn would
+	 * otherwise free and allocate its run's description each time. */
+	if (!a->run_spare_desc)
+		a->run_spare_desc = r;
+	else
+		free(r);
 }
 
 void alloc_run_give(struct alloc_arena *a, unsigned order, void *p)
@@ -208,8 +244,28 @@ void alloc_run_give(struct alloc_arena *a, unsigned order, void *p)
 		run_list_add(a, r);
 	r->free |= bit;
 	a->free_resident += run_block_size(order);
-	if (r->free == run_all(order))
-		run_release(a, slot);
+	if (r->free != run_all(order))
+		return;
+	run_retire(a, r);
+	unsigned k = order - ALLOC_RUN_MIN_ORDER;
+	if (!a->run_kept[k] && a->nspare + a->nkept < ALLOC_SPARE_MAX) {
+		a->run_kept[k] = r;
+		a->nkept++;
+	} else {
+		run_drop(a, slot);
+	}
+}
+
+void alloc_run_release_kept(struct alloc_arena *a)
+{
+	for (unsigned k = 0; k < ALLOC_RUN_ORDERS && a->nkept; k++) {
+		struct alloc_run *r = a->run_kept[k];
+		if (!r)
+			continue;
+		a->run_kept[k] = NULL;
+		a->nkept--;
+		run_drop(a, run_slot(a, r->base));
+	}
 }
 
 size_t alloc_run_trim(struct alloc_arena *a, unsigned order, size_t target)
@@ -242,6 +298,8 @@ size_t alloc_run_header_bytes(const struct alloc_arena *a)
 
 void alloc_run_destroy(struct alloc_arena *a)
 {
+	free(a->run_spare_desc);
+	a->run_spare_desc = NULL;
 	free(a->run_tab);
 	a->run_tab = NULL;
 	a->run_mask = a->run_used = 0;
