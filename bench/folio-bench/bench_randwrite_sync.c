@@ -53,6 +53,9 @@
 
 static bool no_kernel;
 static bool direct;
+static uint64_t rounds = 1;
+/* Bounds --rounds: each round reopens every variant's files. */
+#define MAX_ROUNDS 32
 static uint64_t nfiles;
 static const char *layout;
 static const char *const layout_choices[] = {"shared", "own", "both", NULL};
@@ -64,6 +67,11 @@ static struct bench_xopt xopts[] = {
 	 .help = "the library's engine writes with O_DIRECT (posix, uring):\n"
 		 "  how a database would embed it, with no second copy in\n"
 		 "  the kernel page cache"},
+	{.name = "rounds", .type = BENCH_X_UINT, .var = &rounds,
+	 .metavar = "N",
+	 .help = "run the variants N times, interleaved, each for\n"
+		 "  --runtime: figures are medians, ratios the median of\n"
+		 "  each round's ratio (a shared, noisy disk) [1]"},
 	{.name = "files", .type = BENCH_X_UINT, .var = &nfiles, .metavar = "N",
 	 .help = "split --size over N files, job j on file j % N (default:\n"
 		 "  one file per job, as fio does; 1: all jobs share one\n"
@@ -199,6 +207,7 @@ static void *worker_main(void *arg)
 
 struct result {
 	double mbs, iops, p50_us, p99_us, wa;
+	struct bench_variant *v; /* the recorded round's, or NULL */
 };
 
 static void stats_add(struct folio_mapping_stats *sum,
@@ -267,9 +276,12 @@ static int close_file(struct vfile *f)
 	return err;
 }
 
+/* One round of one variant. Only the last round (`record`) becomes a
+ * variant of the output: the others' details go to a scratch one, and
+ * run_layout() puts the medians into the recorded one. */
 static int run_variant(struct bench_ctx *c, const int *fds, unsigned n,
 		       uint64_t file_size, const char *name,
-		       const char *layout_label, int tracking,
+		       const char *layout_label, int tracking, bool record,
 		       struct result *res)
 {
 	const struct bench_opts *o = &c->o;
@@ -303,7 +315,7 @@ static int run_variant(struct bench_ctx *c, const int *fds, unsigned n,
 				       .fd = fds[i % n],
 				       .file_size = file_size, .dm = kdm,
 				       .index = i, .stop = &stop};
-	char what[96];
+	char what[128];
 	snprintf(what, sizeof(what), "randwrite-sync [%s]", name);
 	double secs = bench_run_threads(what, o->jobs, worker_main, w,
 					sizeof(*w), o->runtime, &stop);
@@ -323,7 +335,13 @@ static int run_variant(struct bench_ctx *c, const int *fds, unsigned n,
 		bench_lat_free(&all);
 		goto out;
 	}
-	struct bench_variant *v = bench_variant(c, name);
+	static struct bench_variant scratch;
+	struct bench_variant *v = record ? bench_variant(c, name) : NULL;
+	if (!v) {
+		memset(&scratch, 0, sizeof(scratch));
+		v = &scratch;
+	}
+	res->v = v == &scratch ? NULL : v;
 	res->iops = (double)ops / secs;
 	res->mbs = res->iops * (double)o->bs / 1e6;
 	res->p50_us = bench_lat_pct(&all, 50) / 1e3;
@@ -333,10 +351,6 @@ static int run_variant(struct bench_ctx *c, const int *fds, unsigned n,
 	bench_num(v, "files", n);
 	bench_num(v, "seconds", secs);
 	bench_num(v, "ops", (double)ops);
-	bench_num(v, "mb_per_s", res->mbs);
-	bench_num(v, "iops", res->iops);
-	bench_num(v, "p50_us", res->p50_us);
-	bench_num(v, "p99_us", res->p99_us);
 	bench_lat_free(&all);
 	if (tracking >= 0) {
 		for (unsigned i = 0; i < n; i++) {
@@ -369,16 +383,57 @@ out:
 	return err;
 }
 
+/* The median over the rounds of variant `k`'s figures, written into its
+ * recorded variant. */
+static void median_result(struct result rs[][4], unsigned nr, unsigned k,
+			  struct result *out)
+{
+	double mbs[MAX_ROUNDS], iops[MAX_ROUNDS], p50[MAX_ROUNDS],
+		p99[MAX_ROUNDS], wa[MAX_ROUNDS];
+	for (unsigned r = 0; r < nr; r++) {
+		mbs[r] = rs[r][k].mbs;
+		iops[r] = rs[r][k].iops;
+		p50[r] = rs[r][k].p50_us;
+		p99[r] = rs[r][k].p99_us;
+		wa[r] = rs[r][k].wa;
+	}
+	*out = (struct result){.mbs = bench_median(mbs, nr),
+			       .iops = bench_median(iops, nr),
+			       .p50_us = bench_median(p50, nr),
+			       .p99_us = bench_median(p99, nr),
+			       .wa = bench_median(wa, nr),
+			       .v = rs[nr - 1][k].v};
+	struct bench_variant *v = out->v;
+	if (!v)
+		return;
+	bench_num(v, "rounds", nr);
+	bench_num(v, "mb_per_s", out->mbs);
+	bench_num(v, "iops", out->iops);
+	bench_num(v, "p50_us", out->p50_us);
+	bench_num(v, "p99_us", out->p99_us);
+}
+
+/* The median of each round's MB/s ratio of variant a to variant b: the
+ * two ran a few seconds apart, so their ratio drifts less than either. */
+static double median_ratio(struct result rs[][4], unsigned nr, unsigned a,
+			   unsigned b)
+{
+	double q[MAX_ROUNDS];
+	for (unsigned r = 0; r < nr; r++)
+		q[r] = rs[r][b].mbs > 0 ? rs[r][a].mbs / rs[r][b].mbs : 0;
+	return bench_median(q, nr);
+}
+
 static void add_rows(struct bench_ctx *c, const char *name,
 		     const struct result *r, const char *cmp_name,
-		     const struct result *cmp, bool headline)
+		     const struct result *cmp, double mbs_ratio, bool headline)
 {
-	char fig[80];
+	char fig[128];
 	snprintf(fig, sizeof(fig), "%s MB/s", name);
 	bench_row(c, &(struct bench_row){
 			     .figure = fig, .value = r->mbs, .unit = "MB/s",
 			     .cmp = cmp ? cmp_name : NULL,
-			     .ratio = cmp ? r->mbs / cmp->mbs : 0,
+			     .ratio = cmp ? mbs_ratio : 0,
 			     .wa = r->wa,
 			     .flags = headline ? BENCH_ROW_HEADLINE : 0});
 	snprintf(fig, sizeof(fig), "%s IOPS", name);
@@ -454,17 +509,6 @@ static int run_layout(struct bench_ctx *c, const struct layout *l,
 	snprintf(nf, sizeof(nf), "whole-folio%s", sfx);
 	snprintf(nk, sizeof(nk), "kernel page cache%s", sfx);
 	snprintf(nu, sizeof(nu), "kernel io_uring%s", sfx);
-	struct result rb = {0}, rf = {0}, rk = {0};
-	if (!err && do_block)
-		err = run_variant(c, fds, n, file_size, nb, l->label,
-				  BENCH_TRACK_BLOCK, &rb);
-	if (!err && do_folio)
-		err = run_variant(c, fds, n, file_size, nf, l->label,
-				  BENCH_TRACK_FOLIO, &rf);
-	if (!err && kernel)
-		err = run_variant(c, fds, n, file_size, nk, l->label,
-				  VARIANT_KERNEL, &rk);
-	struct result ru = {0};
 	bool plain_uring = false;
 #ifdef BENCH_HAVE_LIBURING
 	plain_uring = kernel && o->engine == BENCH_ENGINE_URING && !o->dm.on;
@@ -472,44 +516,68 @@ static int run_layout(struct bench_ctx *c, const struct layout *l,
 		bench_note(c, "under valgrind: plain io_uring variant skipped");
 		plain_uring = false;
 	}
+#endif
 	char nul[96];
 	snprintf(nul, sizeof(nul), "kernel io_uring (linked fsync)%s",
 		 sfx);
-	if (!err && plain_uring)
-		err = run_variant(c, fds, n, file_size, nul, l->label,
-				  VARIANT_URING, &ru);
-#endif
+	/* Rounds interleave the variants, so that a disk whose speed
+	 * drifts (a shared host) drifts under all of them alike. */
+	struct result rs[MAX_ROUNDS][4] = {{{0}}};
+	unsigned nr = (unsigned)rounds;
+	for (unsigned r = 0; !err && r < nr; r++) {
+		bool last = r + 1 == nr;
+		if (!err && do_block)
+			err = run_variant(c, fds, n, file_size, nb, l->label,
+					  BENCH_TRACK_BLOCK, last, &rs[r][0]);
+		if (!err && do_folio)
+			err = run_variant(c, fds, n, file_size, nf, l->label,
+					  BENCH_TRACK_FOLIO, last, &rs[r][1]);
+		if (!err && kernel)
+			err = run_variant(c, fds, n, file_size, nk, l->label,
+					  VARIANT_KERNEL, last, &rs[r][2]);
+		if (!err && plain_uring)
+			err = run_variant(c, fds, n, file_size, nul, l->label,
+					  VARIANT_URING, last, &rs[r][3]);
+	}
 	for (unsigned i = 0; i < opened; i++)
 		close(fds[i]);
 	free(fds);
 	if (err)
 		return 1;
 
+	struct result rb, rf, rk, ru;
+	median_result(rs, nr, 0, &rb);
+	median_result(rs, nr, 1, &rf);
+	median_result(rs, nr, 2, &rk);
+	median_result(rs, nr, 3, &ru);
 	const struct result *kcmp = kernel ? &rk : NULL;
 	char fig[112];
 	snprintf(fig, sizeof(fig), "%s MB/s", nb);
 	if (do_block) {
-		add_rows(c, nb, &rb, nf, do_folio ? &rf : NULL, true);
+		add_rows(c, nb, &rb, nf, do_folio ? &rf : NULL,
+			 median_ratio(rs, nr, 0, 1), true);
 		if (kcmp) {
 			bench_row(c, &(struct bench_row){
 					     .figure = fig, .value = rb.mbs,
 					     .unit = "MB/s", .cmp = nk,
-					     .ratio = rb.mbs / rk.mbs,
+					     .ratio = median_ratio(rs, nr, 0, 2),
 					     .flags = BENCH_ROW_HEADLINE});
 		}
 		if (plain_uring)
 			bench_row(c, &(struct bench_row){
 					     .figure = fig, .value = rb.mbs,
 					     .unit = "MB/s", .cmp = nu,
-					     .ratio = rb.mbs / ru.mbs,
+					     .ratio = median_ratio(rs, nr, 0, 3),
 					     .flags = BENCH_ROW_HEADLINE});
 	}
 	if (do_folio)
-		add_rows(c, nf, &rf, nk, kcmp, true);
+		add_rows(c, nf, &rf, nk, kcmp, median_ratio(rs, nr, 1, 2),
+			 true);
 	if (kcmp)
-		add_rows(c, nk, &rk, NULL, NULL, false);
+		add_rows(c, nk, &rk, NULL, NULL, 0, false);
 	if (plain_uring)
-		add_rows(c, nu, &ru, nk, kcmp, false);
+		add_rows(c, nu, &ru, nk, kcmp, median_ratio(rs, nr, 3, 2),
+			 false);
 	return 0;
 }
 
@@ -548,6 +616,12 @@ static int run(struct bench_ctx *c)
 				   bench_engine_name(o->engine));
 		kernel = false;
 	}
+	if (!rounds || rounds > MAX_ROUNDS) {
+		fprintf(stderr, "folio-bench randwrite-sync: --rounds: 1 to "
+				"%d\n", MAX_ROUNDS);
+		return 2;
+	}
+	bench_param_num(c, "rounds", (double)rounds);
 	bool files_given = xopt_given(&nfiles);
 	bool layout_given = xopt_given(&layout);
 	if (files_given && layout_given) {
