@@ -379,6 +379,34 @@ static void test_large_single_bit(void **state)
 	free(ones);
 }
 
+/* A word's weight, with its run shortcut: every single run of every
+ * length at every position, and words of two runs and more. */
+static void test_weight64(void **state)
+{
+	(void)state;
+	assert_int_equal(bitmap_weight64(0), 0);
+	assert_int_equal(bitmap_weight64(~UINT64_C(0)), 64);
+	for (unsigned len = 1; len <= 64; len++) {
+		uint64_t run = len == 64 ? ~UINT64_C(0)
+					 : (UINT64_C(1) << len) - 1;
+		for (unsigned at = 0; at + len <= 64; at++) {
+			uint64_t w = run << at;
+			assert_int_equal(bitmap_weight64(w), len);
+			/* A second run (or bit) apart from the first. */
+			if (at >= 2) {
+				assert_int_equal(bitmap_weight64(w | 1), len + 1);
+				assert_int_equal(bitmap_weight64(w | 3), len + 2);
+			}
+		}
+	}
+	uint64_t seed = 42;
+	for (int i = 0; i < 10000; i++) {
+		seed = seed * 6364136223846793005u + 1442695040888963407u;
+		assert_int_equal(bitmap_weight64(seed),
+				 (size_t)__builtin_popcountll(seed));
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -389,6 +417,7 @@ int main(void)
 		cmocka_unit_test(test_small_count),
 		cmocka_unit_test(test_large_random_ranges),
 		cmocka_unit_test(test_large_single_bit),
+		cmocka_unit_test(test_weight64),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,7 +26,7 @@ static inline size_t apply_word(uint64_t *w, uint64_t m, enum range_op op)
 	uint64_t old = *w;
 	uint64_t changed = op == OP_SET ? ~old & m : old & m;
 	*w = op == OP_SET ? old | m : old & ~m;
-	return (size_t)__builtin_popcountll(changed);
+	return bitmap_weight64(changed);
 }
 
 static inline size_t apply(uint64_t *map, size_t start, size_t end,
@@ -41,14 +41,11 @@ static inline size_t apply(uint64_t *map, size_t start, size_t end,
 
 	if (first == last) {
 		/* One word, usually all bits changing or none: the count is
-		 * then known without a popcount (a library call without
-		 * -mpopcnt). */
+		 * then known without counting. */
 		uint64_t m = head & tail, old = map[first];
 		uint64_t changed = op == OP_SET ? ~old & m : old & m;
 		map[first] = op == OP_SET ? old | m : old & ~m;
-		return changed == m ? end - start
-		       : changed    ? (size_t)__builtin_popcountll(changed)
-				    : 0;
+		return changed == m ? end - start : bitmap_weight64(changed);
 	}
 	size_t n = apply_word(&map[first], head, op);
 	for (size_t w = first + 1; w < last; w++)

@@ -30,4 +30,21 @@ size_t bitmap_next_clear(const uint64_t *map, size_t start, size_t end);
 /* Number of set bits in [start, end). */
 size_t bitmap_count(const uint64_t *map, size_t start, size_t end);
 
+/*
+ * Set bits of one word. Without -mpopcnt, __builtin_popcountll is a
+ * library call of about twenty instructions; the words block state
+ * counts look at usually hold one run of set bits (the blocks one write
+ * covered), whose length two bit scans give.
+ */
+static inline size_t bitmap_weight64(uint64_t x)
+{
+	if (!x)
+		return 0;
+	uint64_t run = x >> __builtin_ctzll(x);
+	if (!(run & (run + 1)))
+		return run == ~UINT64_C(0) ? BITMAP_WORD_BITS
+					   : (size_t)__builtin_ctzll(~run);
+	return (size_t)__builtin_popcountll(x);
+}
+
 #endif

@@ -364,6 +364,31 @@ static size_t take_dirty_word_locked(struct folio *f, size_t n, size_t b,
 	return taken;
 }
 
+/* folio_take_dirty_from() for a folio whose dirty bits span several
+ * words: out of line, so that the one-word path of every small folio
+ * saves and restores none of the registers this loop needs. */
+static __attribute__((noinline)) int
+take_dirty_bitmap(struct folio *f, size_t n, size_t b,
+		  struct folio_range *runs, size_t max_runs)
+{
+	size_t taken = 0;
+	spin_lock(&f->state_lock);
+	while (taken < max_runs) {
+		size_t s = bitmap_next_set(f->state, b, 2 * n);
+		if (s == 2 * n)
+			break;
+		size_t e = bitmap_next_clear(f->state, s, 2 * n);
+		bitmap_clear_range(f->state, s, e);
+		runs[taken].off = (s - n) << f->block_shift;
+		runs[taken].len = (e - s) << f->block_shift;
+		taken++;
+		b = e;
+	}
+	recompute_dirty_flag_locked(f, n);
+	spin_unlock(&f->state_lock);
+	return (int)taken;
+}
+
 int folio_take_dirty_from(struct folio *f, size_t from,
 			  struct folio_range *runs, size_t max_runs)
 {
@@ -382,26 +407,12 @@ int folio_take_dirty_from(struct folio *f, size_t from,
 		return 1;
 	}
 
-	size_t n = folio_nblocks(f), taken = 0;
+	size_t n = folio_nblocks(f);
 	size_t b = n + MIN(from >> f->block_shift, n);
+	if (2 * n > 64)
+		return take_dirty_bitmap(f, n, b, runs, max_runs);
 	spin_lock(&f->state_lock);
-	if (2 * n <= 64) {
-		taken = take_dirty_word_locked(f, n, b, runs, max_runs);
-		spin_unlock(&f->state_lock);
-		return (int)taken;
-	}
-	while (taken < max_runs) {
-		size_t s = bitmap_next_set(f->state, b, 2 * n);
-		if (s == 2 * n)
-			break;
-		size_t e = bitmap_next_clear(f->state, s, 2 * n);
-		bitmap_clear_range(f->state, s, e);
-		runs[taken].off = (s - n) << f->block_shift;
-		runs[taken].len = (e - s) << f->block_shift;
-		taken++;
-		b = e;
-	}
-	recompute_dirty_flag_locked(f, n);
+	size_t taken = take_dirty_word_locked(f, n, b, runs, max_runs);
 	spin_unlock(&f->state_lock);
 	return (int)taken;
 }
@@ -482,8 +493,7 @@ int folio_mark_unstable(struct folio *f, size_t off, size_t len,
 			uint64_t was = f->state[0], fresh = m & ~was;
 			f->state[0] = was | m;
 			*newly = fresh == m ? end - first
-				 : fresh    ? (size_t)__builtin_popcountll(fresh)
-					    : 0;
+					    : bitmap_weight64(fresh);
 		} else {
 			*newly = bitmap_set_range_count(
 				f->state, 2 * n + first, 2 * n + end);
@@ -514,7 +524,16 @@ static size_t unstable_clear_all_locked(struct folio *f)
 	size_t n = 1;
 	if (!folio_single_block(f)) {
 		size_t nb = folio_nblocks(f);
-		n = bitmap_clear_range_count(f->state, 2 * nb, 3 * nb);
+		if (3 * nb <= 64) {
+			/* All three maps in one word, as in
+			 * folio_mark_unstable(): every settle of a small
+			 * folio. */
+			uint64_t mask = ((UINT64_C(1) << nb) - 1) << (2 * nb);
+			n = bitmap_weight64(f->state[0] & mask);
+			f->state[0] &= ~mask;
+		} else {
+			n = bitmap_clear_range_count(f->state, 2 * nb, 3 * nb);
+		}
 	}
 	unsigned old = atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_UNSTABLE,
 						 memory_order_release);
