@@ -371,6 +371,15 @@ static void gated_release(struct gated *g, unsigned upto)
 	pthread_mutex_unlock(&g->lock);
 }
 
+/* Stop holding flushes and let the first `upto` finish. */
+static void gated_open(struct gated *g, unsigned upto)
+{
+	pthread_mutex_lock(&g->lock);
+	g->hold = false;
+	pthread_mutex_unlock(&g->lock);
+	gated_release(g, upto);
+}
+
 static unsigned gated_flushes(struct gated *g)
 {
 	pthread_mutex_lock(&g->lock);
@@ -426,10 +435,7 @@ static void test_write_during_flush_stays_unstable(void **state)
 	/* The sync wrote block 0 and is inside its flush. */
 	assert_int_equal(folio_mapping_write(m, b, sizeof(b), 8192), 4096);
 	assert_int_equal(folio_mapping_writeback(m, NULL), 4096);
-	pthread_mutex_lock(&g->lock);
-	g->hold = false;
-	pthread_mutex_unlock(&g->lock);
-	gated_release(g, 1);
+	gated_open(g, 1);
 	pthread_join(s.thread, NULL);
 	assert_int_equal(s.result, 0);
 	struct folio_mapping_stats st = test_mapping_stats(m);
@@ -440,6 +446,96 @@ static void test_write_during_flush_stays_unstable(void **state)
 	assert_int_equal(folio_mapping_invalidate(m, 8192, 4096, 0), -EBUSY);
 	assert_int_equal(folio_mapping_sync(m, NULL), 0);
 	assert_int_equal(test_mapping_stats(m).unstable_bytes, 0);
+	assert_int_equal(folio_mapping_free(m), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	gated_free(g);
+}
+
+/*
+ * A sync settles the folios its own passes wrote without walking the
+ * index, then walks only when other folios are still unstable: those
+ * written by a writeback pass before the sync, here every other one of
+ * 40 (more than the list holds before it grows), must be released by
+ * the same flush.
+ */
+static void test_sync_settles_other_unstable(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	struct folio_mapping *m = mem_mapping(&e, false, 4096, 0);
+	unsigned char block[4096];
+	pattern(block, sizeof(block), 7);
+	enum { FOLIOS = 40 };
+	for (unsigned i = 0; i < FOLIOS; i += 2)
+		assert_int_equal(folio_mapping_write(m, block, sizeof(block),
+						     (uint64_t)i * 8192),
+				 sizeof(block));
+	assert_int_equal(folio_mapping_writeback(m, NULL),
+			 FOLIOS / 2 * sizeof(block));
+	assert_int_equal(test_mapping_stats(m).unstable_bytes,
+			 FOLIOS / 2 * sizeof(block));
+	for (unsigned i = 1; i < FOLIOS; i += 2)
+		assert_int_equal(folio_mapping_write(m, block, sizeof(block),
+						     (uint64_t)i * 8192),
+				 sizeof(block));
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	struct folio_mapping_stats st = test_mapping_stats(m);
+	assert_int_equal(st.unstable_bytes, 0);
+	assert_int_equal(st.dirty_bytes, 0);
+	/* Stable, so nothing keeps them. */
+	assert_int_equal(folio_mapping_invalidate(m, 0, 0, 0), 0);
+	assert_int_equal(test_mapping_stats(m).folios, 0);
+	/* And the other way round: the sync's own folios are all there is. */
+	for (unsigned i = 0; i < FOLIOS; i++)
+		assert_int_equal(folio_mapping_write(m, block, sizeof(block),
+						     (uint64_t)i * 8192),
+				 sizeof(block));
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(test_mapping_stats(m).unstable_bytes, 0);
+	assert_int_equal(folio_mapping_invalidate(m, 0, 0, 0), 0);
+	test_close(m, e);
+}
+
+/*
+ * Folios a sync wrote are thrown away (invalidate with discard) while its
+ * flush runs: the sync still holds them in its list, and settling must
+ * skip them, since the index node that held them went with them, while
+ * it releases the folio that stayed, in another node.
+ */
+static void test_sync_written_folios_discarded(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	struct gated *g = gated_new(&e);
+	struct folio_mapping *m = new_mapping(e, 4096, 0);
+	unsigned char data[4 * 4096], far[4096];
+	pattern(data, sizeof(data), 8);
+	pattern(far, sizeof(far), 9);
+	/* 4 KiB folios: a leaf node spans 256 KiB. */
+	const uint64_t far_pos = 512 * KIB;
+	assert_int_equal(folio_mapping_write(m, data, sizeof(data), 0),
+			 sizeof(data));
+	assert_int_equal(folio_mapping_write(m, far, sizeof(far), far_pos),
+			 sizeof(far));
+	g->hold = true;
+	struct syncer s;
+	syncer_start(&s, m);
+	gated_wait_held(g, 1);
+	assert_int_equal(test_mapping_stats(m).unstable_bytes,
+			 sizeof(data) + sizeof(far));
+	assert_int_equal(folio_mapping_invalidate(m, 0, sizeof(data),
+						  FOLIO_INVALIDATE_DISCARD),
+			 0);
+	struct folio_mapping_stats st = test_mapping_stats(m);
+	assert_int_equal(st.folios, 1);
+	assert_int_equal(st.unstable_bytes, sizeof(far));
+	gated_open(g, 1);
+	pthread_join(s.thread, NULL);
+	assert_int_equal(s.result, 0);
+	assert_int_equal(test_mapping_stats(m).unstable_bytes, 0);
+	assert_int_equal(folio_mapping_invalidate(m, 0, 0, 0), 0);
+	assert_int_equal(test_mapping_stats(m).folios, 0);
+	assert_memory_equal(g->bytes + far_pos, far, sizeof(far));
 	assert_int_equal(folio_mapping_free(m), 0);
 	assert_int_equal(folio_engine_free(e), 0);
 	gated_free(g);
@@ -481,10 +577,7 @@ static void test_group_commit(void **state)
 		assert_false(atomic_load(&late[i].done));
 	/* A late sync whose pass ended after the second flush began needs
 	 * a third: let every later flush through. */
-	pthread_mutex_lock(&g->lock);
-	g->hold = false;
-	pthread_mutex_unlock(&g->lock);
-	gated_release(g, UINT32_MAX);
+	gated_open(g, UINT32_MAX);
 	for (unsigned i = 0; i < 4; i++) {
 		pthread_join(late[i].thread, NULL);
 		assert_int_equal(late[i].result, 0);
@@ -1331,6 +1424,8 @@ int main(void)
 		cmocka_unit_test(test_redone_truncate_then_discard),
 		cmocka_unit_test(test_unstable_kept),
 		cmocka_unit_test(test_write_during_flush_stays_unstable),
+		cmocka_unit_test(test_sync_settles_other_unstable),
+		cmocka_unit_test(test_sync_written_folios_discarded),
 		cmocka_unit_test(test_group_commit),
 		cmocka_unit_test(test_sync_threads_faults),
 		cmocka_unit_test(test_failed_flush_of_other_mapping),

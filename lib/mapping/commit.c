@@ -21,6 +21,9 @@
  * Threads that arrive while a flush runs wait for it and share the next
  * one (a group commit), so concurrent syncs cost few flushes.
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include "base/futex.h"
 #include "mapping/cache.h"
 #include "mapping/commit.h"
@@ -81,58 +84,146 @@ void mapping_unstable_lost(struct folio_mapping *m, struct folio *f)
 			      -mapping_block_bytes(f, unstable));
 }
 
+void settle_list_init(struct settle_list *l)
+{
+	l->v = l->local;
+	l->n = 0;
+	l->cap = SETTLE_LIST_LOCAL;
+	l->incomplete = false;
+}
+
+void settle_list_add_grow(struct settle_list *l, struct folio *f,
+			  struct index_node *node)
+{
+	if (l->incomplete)
+		return;
+	size_t cap = 2 * l->cap;
+	struct settle_entry *v = l->v == l->local
+					 ? malloc(cap * sizeof(*v))
+					 : realloc(l->v, cap * sizeof(*v));
+	if (!v) {
+		/* What is recorded keeps its references until the
+		 * release; the walk covers the rest. */
+		l->incomplete = true;
+		return;
+	}
+	if (l->v == l->local)
+		memcpy(v, l->local, sizeof(l->local));
+	l->v = v;
+	l->cap = cap;
+	settle_list_add(l, f, node);
+}
+
+void settle_list_release(struct settle_list *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		folio_put(l->v[i].folio);
+	if (l->v != l->local)
+		free(l->v);
+	settle_list_init(l);
+}
+
 /* Unstable folios found per index round trip of a settling walk. */
 #define SETTLE_BATCH 32
+
+/*
+ * Settle one folio held in index node `node` after a flush that began in
+ * generation `gen` with `failures` failed flushes of the engine counted
+ * (see settle_unstable()); the caller holds io_lock shared, so an
+ * indexed folio stays in that node. Returns the bytes released.
+ */
+static int64_t settle_folio(struct folio_mapping *m, struct folio *f,
+			    struct index_node *node, uint64_t gen,
+			    uint64_t failures, bool failed)
+{
+	size_t unstable = 0;
+	int r = failed ? FOLIO_STABLE_LOST
+		       : folio_stabilize(f, gen, failures, &unstable);
+	if (r == FOLIO_STABLE_LOST) {
+		mapping_unstable_lost(m, f);
+		return 0;
+	}
+	if (!r)
+		mapping_tag_drop_at(m, f, node, INDEX_TAG_UNSTABLE,
+				    has_unstable);
+	return mapping_block_bytes(f, unstable);
+}
+
+/*
+ * A successful flush's settling of the folios a sync's passes queued
+ * (`written`), before any walk. Returns true when that was all there was
+ * to settle: no folio of the mapping is tagged unstable any more.
+ */
+static bool settle_written(struct folio_mapping *m,
+			   const struct settle_list *written, uint64_t gen,
+			   uint64_t failures, int64_t *released)
+{
+	uint64_t first = UINT64_MAX, last = 0;
+	brlock_read_lock(&m->io_lock);
+	for (size_t i = 0; i < written->n; i++) {
+		struct folio *f = written->v[i].folio;
+		/* Truncated since: its tags went with it. */
+		if (folio_test_removed(f))
+			continue;
+		*released += settle_folio(m, f, written->v[i].node, gen,
+					  failures, false);
+		uint64_t key = mapping_key(m, f->pos);
+		first = MIN(first, key);
+		last = MAX(last, key);
+	}
+	brlock_read_unlock(&m->io_lock);
+	/* With the bits the drops left above cleared, the root answers. */
+	if (first <= last)
+		mapping_tags_prune(m, first, last, 1u << INDEX_TAG_UNSTABLE);
+	return !written->incomplete &&
+	       !mapping_any_tagged(m, INDEX_TAG_UNSTABLE);
+}
 
 /*
  * After a flush that began in generation `gen` with `failures` failed
  * flushes of the engine counted: release what it covered, or make
  * everything unstable dirty again when it failed.
  *
- * One walk over the UNSTABLE tag, batched (a find per index node, not
- * per folio), with io_lock shared: truncate, invalidate and free, which
- * remove folios, wait for it, and reclaim cannot remove a folio the walk
- * holds a reference to (its freeze expects the index's and its own
- * only). So every folio found stays in the node that holds it, and a
- * released folio's tag is dropped through that node with no index lock
+ * A successful flush settles `written` first (settle_written()); when
+ * other folios are still tagged, or after a failure, one walk over the
+ * UNSTABLE tag, batched (a find per index node, not per folio), with
+ * io_lock shared: truncate, invalidate and free, which remove folios,
+ * wait for it, and reclaim cannot remove a folio the walk holds a
+ * reference to (its freeze expects the index's and its own only). So
+ * every folio found stays in the node that holds it, and a released
+ * folio's tag is dropped through that node with no index lock
  * (mapping_tag_drop_at(), as writeback drops DIRTY); the stale bits
  * above go in one exclusive prune at the end.
  */
 static void settle_unstable(struct folio_mapping *m, uint64_t gen,
-			    uint64_t failures, bool failed)
+			    uint64_t failures, bool failed,
+			    const struct settle_list *written)
 {
 	struct index_hit hits[SETTLE_BATCH];
 	uint64_t key = 0;
 	int64_t released = 0;
 	bool seen = false;
 	unsigned n;
+	if (!failed && written && written->n &&
+	    settle_written(m, written, gen, failures, &released))
+		goto done;
 	brlock_read_lock(&m->io_lock);
 	while ((n = mapping_next_tagged_batch(m, &key, UINT64_MAX,
 					      INDEX_TAG_UNSTABLE, hits,
 					      SETTLE_BATCH))) {
 		seen = true;
 		for (unsigned i = 0; i < n; i++) {
-			struct folio *f = hits[i].entry;
-			size_t unstable = 0;
-			int r = failed ? FOLIO_STABLE_LOST
-				       : folio_stabilize(f, gen, failures,
-							 &unstable);
-			if (r == FOLIO_STABLE_LOST) {
-				mapping_unstable_lost(m, f);
-			} else {
-				if (!r)
-					mapping_tag_drop_at(m, f, hits[i].node,
-							    INDEX_TAG_UNSTABLE,
-							    has_unstable);
-				released += mapping_block_bytes(f, unstable);
-			}
-			folio_put(f);
+			released += settle_folio(m, hits[i].entry,
+						 hits[i].node, gen, failures,
+						 failed);
+			folio_put(hits[i].entry);
 		}
 	}
 	brlock_read_unlock(&m->io_lock);
 	if (seen)
 		mapping_tags_prune(m, 0, UINT64_MAX,
 				   1u << INDEX_TAG_UNSTABLE);
+done:
 	mapping_cache_account(m, 0, 0, -released);
 	/* Stable folios can be reclaimed now. */
 	if (!failed)
@@ -281,21 +372,22 @@ static void redo_after_failure(struct folio_mapping *m, bool *locked)
  * (wb_end_io()).
  */
 static int settle_flush(struct folio_mapping *m, uint64_t gen,
-			uint64_t failures, int r, bool recorded)
+			uint64_t failures, int r, bool recorded,
+			const struct settle_list *written)
 {
 	if (!r && (failures != m->commit.failures_seen ||
 		   atomic_load(&m->engine->flush_failures) != failures))
 		r = -EIO;
 	if (!r) {
 		resize_settled(m, gen);
-		settle_unstable(m, gen, failures, false);
+		settle_unstable(m, gen, failures, false, written);
 		m->commit.failures_seen = failures;
 		return 0;
 	}
 	/* Read before the walk: a failure after it may drop writes that
 	 * complete after the walk passed their folio. */
 	m->commit.failures_seen = atomic_load(&m->engine->flush_failures);
-	settle_unstable(m, gen, m->commit.failures_seen, true);
+	settle_unstable(m, gen, m->commit.failures_seen, true, NULL);
 	if (recorded)
 		errseq_report_again(m, r);
 	else
@@ -303,7 +395,7 @@ static int settle_flush(struct folio_mapping *m, uint64_t gen,
 	return r;
 }
 
-static int run_flush(struct folio_mapping *m)
+static int run_flush(struct folio_mapping *m, const struct settle_list *written)
 {
 	uint64_t gen = atomic_fetch_add_explicit(&m->commit.flush_gen, 1,
 						 memory_order_acq_rel);
@@ -339,7 +431,7 @@ static int run_flush(struct folio_mapping *m)
 	}
 	if (locked)
 		brlock_write_unlock(&m->io_lock);
-	return settle_flush(m, gen, failures, r, false);
+	return settle_flush(m, gen, failures, r, false, written);
 }
 
 /*
@@ -386,7 +478,10 @@ static void role_wait(struct folio_mapping *m, unsigned w)
 	futex_wait(&m->commit.role, w | COMMIT_ROLE_SLEEPERS);
 }
 
-int mapping_commit(struct folio_mapping *m)
+/* mapping_commit(), settling `written` first when this thread runs the
+ * round. */
+static int commit_rounds(struct folio_mapping *m,
+			 const struct settle_list *written)
 {
 	int r = 0;
 	/* A flush already running may have begun before our writes
@@ -402,12 +497,17 @@ int mapping_commit(struct folio_mapping *m)
 			continue;
 		uint64_t round =
 			atomic_fetch_add(&m->commit.rounds_started, 1) + 1;
-		r = run_flush(m);
+		r = run_flush(m, written);
 		role_release(m, round);
 	}
 	/* A flush another thread ran for us reports through the error
 	 * sequence, which it updated before it finished. */
 	return r;
+}
+
+int mapping_commit(struct folio_mapping *m)
+{
+	return commit_rounds(m, NULL);
 }
 
 /* ---- durable writes ------------------------------------------------- */
@@ -495,10 +595,11 @@ uint64_t mapping_durable_gen(struct folio_mapping *m,
 	return outcome ? now : atomic_load(&m->commit.durable_gen);
 }
 
-void mapping_commit_sync(struct folio_mapping *m, struct mapping_durable *d)
+void mapping_commit_sync(struct folio_mapping *m, struct mapping_durable *d,
+			 struct settle_list *written)
 {
 	if (!d->taken) {
-		mapping_commit(m);
+		commit_rounds(m, written);
 		return;
 	}
 	int64_t outcome = atomic_load(&m->commit.durable_result);
@@ -512,7 +613,8 @@ void mapping_commit_sync(struct folio_mapping *m, struct mapping_durable *d)
 		}
 		/* A write that failed recorded its error as it completed. */
 		r = settle_flush(m, d->flush_gen, d->failures, (int)outcome,
-				 atomic_load(&m->commit.durable_failed));
+				 atomic_load(&m->commit.durable_failed),
+				 written);
 	}
 	/* What the barrier could not cover needs a flush of its own: the
 	 * write was short, or other writes completed, or a truncate ran,
@@ -520,6 +622,6 @@ void mapping_commit_sync(struct folio_mapping *m, struct mapping_durable *d)
 	uint64_t low;
 	if (r > 0 || (!r && (mapping_any_tagged(m, INDEX_TAG_UNSTABLE) ||
 			     resize_is_pending(m, &low))))
-		run_flush(m);
+		run_flush(m, NULL);
 	role_release(m, d->round);
 }

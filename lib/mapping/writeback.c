@@ -135,6 +135,7 @@ struct wb_params {
 	uint64_t resume; /* out: where a pass the budget stopped ends, or 0
 			  * when it reached the end of its range */
 	struct mapping_durable *durable; /* a sync's, or NULL */
+	struct settle_list *written;     /* a sync's, or NULL */
 };
 
 static int parse_opts(const struct folio_mapping *m,
@@ -299,6 +300,10 @@ static uint64_t visit_folio(struct folio_mapping *m, struct rq_builder *b,
 			errseq_record(m, r);
 	}
 	if (!skip && folio_flag_dirty(f)) {
+		/* Before writeback_folio(): the caller's reference becomes
+		 * writeback's, which a completion may drop inside it. */
+		if (p->written)
+			settle_list_add(p->written, f, node);
 		uint64_t queued = writeback_folio(m, b, f, node, p->merge_gap);
 		/* Dirty runs taken, writeback started: nothing an
 		 * optimistic reader sees changed. */
@@ -441,6 +446,11 @@ int folio_mapping_sync(struct folio_mapping *m, folio_errseq_t *cursor)
 			  !(m->flags & FOLIO_MAPPING_DROP_ON_ERROR),
 	};
 	p.durable = &d;
+	/* Nothing is kept unstable under DROP_ON_ERROR: nothing to settle. */
+	struct settle_list written;
+	settle_list_init(&written);
+	if (!(m->flags & FOLIO_MAPPING_DROP_ON_ERROR))
+		p.written = &written;
 	atomic_fetch_add_explicit(&m->commit.syncers, 1, memory_order_relaxed);
 
 	for (int pass = 0;; pass++) {
@@ -458,7 +468,8 @@ int folio_mapping_sync(struct folio_mapping *m, folio_errseq_t *cursor)
 		}
 	}
 	/* Its error, if any, is in the sequence the cursor reads. */
-	mapping_commit_sync(m, &d);
+	mapping_commit_sync(m, &d, &written);
+	settle_list_release(&written);
 	atomic_fetch_sub_explicit(&m->commit.syncers, 1, memory_order_relaxed);
 	return errseq_check_advance(m, cursor, begin);
 }
