@@ -596,6 +596,214 @@ static void test_shared_cursor_threads(void **state)
 	assert_int_equal(folio_engine_free(e), 0);
 }
 
+/*
+ * An engine that holds every write until the test completes it by
+ * position, so that a sync can be caught between its walk and its wait.
+ */
+#define HELD_MAX 8
+
+struct held {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	unsigned char bytes[1u << 20];
+	struct folio_io *io[HELD_MAX];
+	unsigned n;
+};
+
+static int held_submit(void *ctx, struct folio_io *io)
+{
+	struct held *h = ctx;
+	if (io->op != FOLIO_IO_WRITE || io->dev_pos + io->len > sizeof(h->bytes))
+		return -EINVAL;
+	pthread_mutex_lock(&h->lock);
+	int r = h->n < HELD_MAX ? 0 : -EAGAIN;
+	if (!r) {
+		h->io[h->n++] = io;
+		pthread_cond_broadcast(&h->cond);
+	}
+	pthread_mutex_unlock(&h->lock);
+	return r;
+}
+
+static int held_flush(void *ctx)
+{
+	(void)ctx;
+	return 0;
+}
+
+static int held_truncate(void *ctx, uint64_t size)
+{
+	(void)ctx;
+	(void)size;
+	return 0;
+}
+
+static struct held *held_new(struct folio_engine **e)
+{
+	struct held *h = calloc(1, sizeof(*h));
+	assert_non_null(h);
+	pthread_mutex_init(&h->lock, NULL);
+	pthread_cond_init(&h->cond, NULL);
+	static const struct folio_engine_ops ops = {
+		.sz = sizeof(ops),
+		.submit = held_submit,
+		.flush = held_flush,
+		.truncate = held_truncate,
+	};
+	assert_int_equal(folio_engine_new(e, &ops, h), 0);
+	return h;
+}
+
+/* Wait until `n` writes are held. */
+static void held_wait(struct held *h, unsigned n)
+{
+	pthread_mutex_lock(&h->lock);
+	while (h->n < n)
+		pthread_cond_wait(&h->cond, &h->lock);
+	pthread_mutex_unlock(&h->lock);
+}
+
+/* Complete the held write at `pos`: its bytes land, in full. */
+static void held_complete(struct held *h, uint64_t pos)
+{
+	struct folio_io *io = NULL;
+	pthread_mutex_lock(&h->lock);
+	for (unsigned i = 0; i < h->n; i++) {
+		if (h->io[i]->pos == pos) {
+			io = h->io[i];
+			h->io[i] = h->io[--h->n];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&h->lock);
+	assert_non_null(io);
+	uint64_t at = io->dev_pos;
+	for (int i = 0; i < io->iovcnt; i++) {
+		memcpy(h->bytes + at, io->iov[i].iov_base, io->iov[i].iov_len);
+		at += io->iov[i].iov_len;
+	}
+	folio_io_complete(io, (ssize_t)io->len);
+}
+
+static void held_free(struct held *h)
+{
+	pthread_cond_destroy(&h->cond);
+	pthread_mutex_destroy(&h->lock);
+	free(h);
+}
+
+struct held_sync {
+	pthread_t thread;
+	struct folio_mapping *m;
+	int result;
+	atomic_bool done;
+};
+
+static void *held_sync_main(void *arg)
+{
+	struct held_sync *s = arg;
+	s->result = folio_mapping_sync(s->m, NULL);
+	atomic_store(&s->done, true);
+	return NULL;
+}
+
+static void held_sync_start(struct held_sync *s, struct folio_mapping *m)
+{
+	s->m = m;
+	s->result = 1;
+	atomic_store(&s->done, false);
+	assert_int_equal(pthread_create(&s->thread, NULL, held_sync_main, s),
+			 0);
+}
+
+/* Whether the sync finished within `ms` milliseconds. */
+static bool held_sync_done_within(struct held_sync *s, unsigned ms)
+{
+	for (unsigned i = 0; i < ms && !atomic_load(&s->done); i++) {
+		struct timespec t = {0, 1000 * 1000};
+		nanosleep(&t, NULL);
+	}
+	return atomic_load(&s->done);
+}
+
+static struct folio_mapping *held_mapping(struct folio_engine *e)
+{
+	struct folio_mapping_opts o = {.sz = sizeof(o),
+				       .block_size = 4096,
+				       .max_folio_size = 64 * 1024,
+				       .engine = e};
+	struct folio_mapping *m;
+	assert_int_equal(folio_mapping_new(&m, &o), 0);
+	return m;
+}
+
+/*
+ * A write another pass took before a sync began is one the sync must see
+ * land: its walk finds the folio clean, and the sync waits for that
+ * writeback before it flushes.
+ */
+static void test_sync_waits_for_earlier_writeback(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	struct held *h = held_new(&e);
+	struct folio_mapping *m = held_mapping(e);
+	unsigned char x[4096];
+	memset(x, 'x', sizeof(x));
+	assert_int_equal(folio_mapping_write(m, x, sizeof(x), 0), 4096);
+	assert_int_equal(folio_mapping_writeback(m, NULL), 4096);
+	held_wait(h, 1);
+	struct held_sync s;
+	held_sync_start(&s, m);
+	assert_false(held_sync_done_within(&s, 50));
+	held_complete(h, 0);
+	assert_int_equal(pthread_join(s.thread, NULL), 0);
+	assert_int_equal(s.result, 0);
+	assert_memory_equal(h->bytes, x, sizeof(x));
+	assert_int_equal(folio_mapping_free(m), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	held_free(h);
+}
+
+/*
+ * A writeback another pass starts after a sync's walk ended carries only
+ * data dirtied after the sync began: the sync does not wait for it (with
+ * many threads syncing one file it used to wait for their next writes).
+ */
+static void test_sync_skips_later_writeback(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	struct held *h = held_new(&e);
+	struct folio_mapping *m = held_mapping(e);
+	unsigned char a[4096], b[4096];
+	memset(a, 'a', sizeof(a));
+	memset(b, 'b', sizeof(b));
+	assert_int_equal(folio_mapping_write(m, a, sizeof(a), 0), 4096);
+	struct held_sync s;
+	held_sync_start(&s, m);
+	/* The sync's walk is over: its write is out. */
+	held_wait(h, 1);
+	assert_int_equal(folio_mapping_write(m, b, sizeof(b), 128 * 1024),
+			 4096);
+	struct folio_writeback_opts o = {.sz = sizeof(o),
+					 .start = 128 * 1024};
+	assert_int_equal(folio_mapping_writeback(m, &o), 4096);
+	held_wait(h, 2);
+	held_complete(h, 0);
+	bool done = held_sync_done_within(&s, 5000);
+	held_complete(h, 128 * 1024);
+	assert_int_equal(pthread_join(s.thread, NULL), 0);
+	assert_true(done);
+	assert_int_equal(s.result, 0);
+	assert_memory_equal(h->bytes, a, sizeof(a));
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_memory_equal(h->bytes + 128 * 1024, b, sizeof(b));
+	assert_int_equal(folio_mapping_free(m), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	held_free(h);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -607,6 +815,8 @@ int main(void)
 		cmocka_unit_test(test_append_race_faults),
 		cmocka_unit_test(test_free_after_sync_thread_engine),
 		cmocka_unit_test(test_shared_cursor_threads),
+		cmocka_unit_test(test_sync_waits_for_earlier_writeback),
+		cmocka_unit_test(test_sync_skips_later_writeback),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,9 +21,6 @@
  * Threads that arrive while a flush runs wait for it and share the next
  * one (a group commit), so concurrent syncs cost few flushes.
  */
-#include <stdlib.h>
-#include <string.h>
-
 #include "base/futex.h"
 #include "mapping/cache.h"
 #include "mapping/commit.h"
@@ -84,45 +81,6 @@ void mapping_unstable_lost(struct folio_mapping *m, struct folio *f)
 			      -mapping_block_bytes(f, unstable));
 }
 
-void settle_list_init(struct settle_list *l)
-{
-	l->v = l->local;
-	l->n = 0;
-	l->cap = SETTLE_LIST_LOCAL;
-	l->incomplete = false;
-}
-
-void settle_list_add_grow(struct settle_list *l, struct folio *f,
-			  struct index_node *node)
-{
-	if (l->incomplete)
-		return;
-	size_t cap = 2 * l->cap;
-	struct settle_entry *v = l->v == l->local
-					 ? malloc(cap * sizeof(*v))
-					 : realloc(l->v, cap * sizeof(*v));
-	if (!v) {
-		/* What is recorded keeps its references until the
-		 * release; the walk covers the rest. */
-		l->incomplete = true;
-		return;
-	}
-	if (l->v == l->local)
-		memcpy(v, l->local, sizeof(l->local));
-	l->v = v;
-	l->cap = cap;
-	settle_list_add(l, f, node);
-}
-
-void settle_list_release(struct settle_list *l)
-{
-	for (size_t i = 0; i < l->n; i++)
-		folio_put(l->v[i].folio);
-	if (l->v != l->local)
-		free(l->v);
-	settle_list_init(l);
-}
-
 /* Unstable folios found per index round trip of a settling walk. */
 #define SETTLE_BATCH 32
 
@@ -155,7 +113,7 @@ static int64_t settle_folio(struct folio_mapping *m, struct folio *f,
  * to settle: no folio of the mapping is tagged unstable any more.
  */
 static bool settle_written(struct folio_mapping *m,
-			   const struct settle_list *written, uint64_t gen,
+			   const struct folio_list *written, uint64_t gen,
 			   uint64_t failures, int64_t *released)
 {
 	uint64_t first = UINT64_MAX, last = 0;
@@ -197,7 +155,7 @@ static bool settle_written(struct folio_mapping *m,
  */
 static void settle_unstable(struct folio_mapping *m, uint64_t gen,
 			    uint64_t failures, bool failed,
-			    const struct settle_list *written)
+			    const struct folio_list *written)
 {
 	struct index_hit hits[SETTLE_BATCH];
 	uint64_t key = 0;
@@ -373,7 +331,7 @@ static void redo_after_failure(struct folio_mapping *m, bool *locked)
  */
 static int settle_flush(struct folio_mapping *m, uint64_t gen,
 			uint64_t failures, int r, bool recorded,
-			const struct settle_list *written)
+			const struct folio_list *written)
 {
 	if (!r && (failures != m->commit.failures_seen ||
 		   atomic_load(&m->engine->flush_failures) != failures))
@@ -395,7 +353,7 @@ static int settle_flush(struct folio_mapping *m, uint64_t gen,
 	return r;
 }
 
-static int run_flush(struct folio_mapping *m, const struct settle_list *written)
+static int run_flush(struct folio_mapping *m, const struct folio_list *written)
 {
 	uint64_t gen = atomic_fetch_add_explicit(&m->commit.flush_gen, 1,
 						 memory_order_acq_rel);
@@ -481,7 +439,7 @@ static void role_wait(struct folio_mapping *m, unsigned w)
 /* mapping_commit(), settling `written` first when this thread runs the
  * round. */
 static int commit_rounds(struct folio_mapping *m,
-			 const struct settle_list *written)
+			 const struct folio_list *written)
 {
 	int r = 0;
 	/* A flush already running may have begun before our writes
@@ -596,7 +554,7 @@ uint64_t mapping_durable_gen(struct folio_mapping *m,
 }
 
 void mapping_commit_sync(struct folio_mapping *m, struct mapping_durable *d,
-			 struct settle_list *written)
+			 struct folio_list *written)
 {
 	if (!d->taken) {
 		commit_rounds(m, written);

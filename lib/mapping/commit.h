@@ -5,6 +5,7 @@
 #ifndef FOLIO_MAPPING_COMMIT_H
 #define FOLIO_MAPPING_COMMIT_H
 
+#include "mapping/folio_list.h"
 #include "mapping/request.h"
 
 int mapping_commit_init(struct folio_mapping *m);
@@ -59,49 +60,6 @@ struct mapping_durable {
 };
 bool mapping_durable_begin(struct folio_mapping *m, struct mapping_durable *d);
 
-/*
- * The folios a sync's writeback passes queued, each with a reference: a
- * flush round the sync runs itself releases these first, with no index
- * walk, and walks the UNSTABLE tag only when other folios are still
- * tagged (doc/design.md, "Settling"). Entries may repeat, and may have
- * been settled, re-dirtied or removed since: each is looked at afresh.
- */
-struct settle_entry {
-	struct folio *folio;
-	struct index_node *node; /* holding it while it stays indexed */
-};
-
-#define SETTLE_LIST_LOCAL 16
-
-struct settle_list {
-	struct settle_entry *v;
-	size_t n, cap;
-	/* An entry could not be recorded (no memory): the list is not all
-	 * the sync wrote, so settling must walk. */
-	bool incomplete;
-	struct settle_entry local[SETTLE_LIST_LOCAL];
-};
-
-void settle_list_init(struct settle_list *l);
-/* settle_list_add() with the list full: grow it, or mark it incomplete. */
-void settle_list_add_grow(struct settle_list *l, struct folio *f,
-			  struct index_node *node);
-
-/* Record f (locked or otherwise held by the caller), in index node
- * `node`, taking a reference of the list's own. Inline: once per folio
- * a sync writes. */
-static inline void settle_list_add(struct settle_list *l, struct folio *f,
-				   struct index_node *node)
-{
-	if (l->n == l->cap) {
-		settle_list_add_grow(l, f, node);
-		return;
-	}
-	folio_get(f);
-	l->v[l->n++] = (struct settle_entry){f, node};
-}
-/* Drop the list's references and memory. */
-void settle_list_release(struct settle_list *l);
 
 /*
  * The end of a sync: with a durable write taken, settle it as the flush
@@ -109,11 +67,14 @@ void settle_list_release(struct settle_list *l);
  * unstable block dirty and records the error), then run a real flush for
  * anything it could not cover (a short write, other writes that
  * completed meanwhile, a resize); release the role. Without one,
- * mapping_commit(). `written`: what the sync's passes queued, settled
- * first by a round this call runs itself.
+ * mapping_commit(). `written`: the folios the sync's passes queued,
+ * each with a reference: a round this call runs itself settles them
+ * first, with no index walk, and walks the UNSTABLE tag only when other
+ * folios are still tagged (doc/design.md, "Settling from the sync's own
+ * list").
  */
 void mapping_commit_sync(struct folio_mapping *m, struct mapping_durable *d,
-			 struct settle_list *written);
+			 struct folio_list *written);
 
 /*
  * Make every write that completed before the call durable: run the

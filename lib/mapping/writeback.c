@@ -135,7 +135,7 @@ struct wb_params {
 	uint64_t resume; /* out: where a pass the budget stopped ends, or 0
 			  * when it reached the end of its range */
 	struct mapping_durable *durable; /* a sync's, or NULL */
-	struct settle_list *written;     /* a sync's, or NULL */
+	struct folio_list *written;     /* a sync's, or NULL */
 };
 
 static int parse_opts(const struct folio_mapping *m,
@@ -303,7 +303,7 @@ static uint64_t visit_folio(struct folio_mapping *m, struct rq_builder *b,
 		/* Before writeback_folio(): the caller's reference becomes
 		 * writeback's, which a completion may drop inside it. */
 		if (p->written)
-			settle_list_add(p->written, f, node);
+			folio_list_add(p->written, f, node);
 		uint64_t queued = writeback_folio(m, b, f, node, p->merge_gap);
 		/* Dirty runs taken, writeback started: nothing an
 		 * optimistic reader sees changed. */
@@ -316,6 +316,53 @@ static uint64_t visit_folio(struct folio_mapping *m, struct rq_builder *b,
 	folio_unlock_unchanged(f);
 	folio_put(f);
 	return 0;
+}
+
+/*
+ * The folios in [start, end) under writeback as a data-integrity pass's
+ * walk ends: writes another pass took (so this walk found them clean)
+ * that the caller must see land. Writebacks that start later carry only
+ * data dirtied after the walk passed, which the caller need not wait for:
+ * with many threads syncing one file, waiting for whatever is under
+ * writeback once the caller's own requests are done waited for their
+ * next writes too.
+ */
+static void collect_busy(struct folio_mapping *m, uint64_t start,
+			 uint64_t end, struct folio_list *busy)
+{
+	if (start >= end)
+		return;
+	uint64_t key = mapping_key(m, start);
+	uint64_t last = mapping_key(m, end - 1);
+	struct index_hit hits[WB_BATCH];
+	unsigned n;
+	while ((n = mapping_next_tagged_batch(m, &key, last,
+					      INDEX_TAG_WRITEBACK, hits,
+					      WB_BATCH))) {
+		for (unsigned i = 0; i < n; i++) {
+			struct folio *f = hits[i].entry;
+			if (folio_test_writeback(f))
+				folio_list_add(busy, f, hits[i].node);
+			folio_put(f);
+		}
+	}
+}
+
+/* Wait for the writebacks collect_busy() found, or, when it could not
+ * record them all, for everything under writeback in the range. Returns
+ * 0 or the first error of the engine's wait(). */
+static int wait_busy(struct folio_mapping *m, const struct wb_params *p,
+		     const struct folio_list *busy)
+{
+	if (busy->incomplete)
+		return mapping_wait_range_writeback(m, p->start, p->end);
+	int err = 0;
+	for (size_t i = 0; i < busy->n; i++) {
+		int r = mapping_wait_writeback(m, busy->v[i].folio);
+		if (!err)
+			err = r;
+	}
+	return err;
 }
 
 static int64_t writeback_pass(struct folio_mapping *m,
@@ -370,6 +417,12 @@ static int64_t writeback_pass(struct folio_mapping *m,
 			}
 		}
 	}
+	/* Before this pass's last request goes out: its wait must not
+	 * depend on how soon other passes start writing. */
+	struct folio_list busy;
+	folio_list_init(&busy);
+	if (p->wait_busy)
+		collect_busy(m, p->start, p->end, &busy);
 	/* A sync whose data is this one request can have the engine make
 	 * it durable on completion; with more, a flush after all of them
 	 * costs less than a barrier per request. */
@@ -387,13 +440,13 @@ static int64_t writeback_pass(struct folio_mapping *m,
 			errseq_record(m, r);
 	}
 	if (p->wait_busy) {
-		int r;
-		/* Writes other threads started before this pass: a folio
-		 * whose runs another pass took is no longer dirty, so this
-		 * pass never visited it. */
-		r = mapping_wait_range_writeback(m, p->start, p->end);
+		/* Writes other threads started before this pass's walk
+		 * ended: a folio whose runs another pass took is no longer
+		 * dirty, so this pass never visited it. */
+		int r = wait_busy(m, p, &busy);
 		if (r)
 			errseq_record(m, r);
+		folio_list_release(&busy);
 	}
 	/* The tags the pass dropped (and the completions it waited for)
 	 * leave stale bits above: clear them in one exclusive step. */
@@ -447,8 +500,8 @@ int folio_mapping_sync(struct folio_mapping *m, folio_errseq_t *cursor)
 	};
 	p.durable = &d;
 	/* Nothing is kept unstable under DROP_ON_ERROR: nothing to settle. */
-	struct settle_list written;
-	settle_list_init(&written);
+	struct folio_list written;
+	folio_list_init(&written);
 	if (!(m->flags & FOLIO_MAPPING_DROP_ON_ERROR))
 		p.written = &written;
 	atomic_fetch_add_explicit(&m->commit.syncers, 1, memory_order_relaxed);
@@ -469,7 +522,7 @@ int folio_mapping_sync(struct folio_mapping *m, folio_errseq_t *cursor)
 	}
 	/* Its error, if any, is in the sequence the cursor reads. */
 	mapping_commit_sync(m, &d, &written);
-	settle_list_release(&written);
+	folio_list_release(&written);
 	atomic_fetch_sub_explicit(&m->commit.syncers, 1, memory_order_relaxed);
 	return errseq_check_advance(m, cursor, begin);
 }
