@@ -30,7 +30,8 @@ void epoch_synchronize(void)
 	 * caller made before calling. */
 	uint64_t e = atomic_fetch_add(&epoch_global.now, 1);
 	for (unsigned i = 0; i < BRLOCK_STRIPES; i++) {
-		atomic_uint *c = &epoch_global.stripe[i].readers[e & 1];
+		atomic_uint *c =
+			&epoch_global.readers[EPOCH_SLOT(i, (unsigned)(e & 1))];
 		/* Sections are short and never sleep: spinning (politely)
 		 * costs less than a futex round trip per stripe. */
 		while (atomic_load(c))

@@ -28,13 +28,17 @@
 
 #include "base/brlock.h"
 
-struct epoch_stripe {
-	_Alignas(BRLOCK_LINE) atomic_uint readers[2];
-};
+/* The counters, one cache line per stripe: stripe s counts parity p in
+ * readers[EPOCH_SLOT(s, p)], the rest of its line unused. One flat array
+ * rather than an array of per-stripe structs, so that a section's slot is
+ * the counter's index and leaving one is a single decrement: no
+ * re-splitting of the slot into stripe and parity on every exit. */
+#define EPOCH_STRIDE (BRLOCK_LINE / sizeof(atomic_uint))
+#define EPOCH_SLOT(s, p) ((s) * (unsigned)EPOCH_STRIDE + (p))
 
 struct epoch_domain {
 	_Alignas(BRLOCK_LINE) _Atomic uint64_t now;
-	struct epoch_stripe stripe[BRLOCK_STRIPES];
+	_Alignas(BRLOCK_LINE) atomic_uint readers[BRLOCK_STRIPES * EPOCH_STRIDE];
 };
 
 /* The library's one domain: sections are short, so one grace period for
@@ -48,15 +52,15 @@ static inline unsigned epoch_read_enter_at(unsigned s)
 {
 	for (;;) {
 		uint64_t e = atomic_load(&epoch_global.now);
-		unsigned slot = s * 2 + (unsigned)(e & 1);
-		atomic_fetch_add(&epoch_global.stripe[s].readers[e & 1], 1);
+		unsigned slot = EPOCH_SLOT(s, (unsigned)(e & 1));
+		atomic_fetch_add(&epoch_global.readers[slot], 1);
 		/* Counted under e only if e is still current: a grace
 		 * period that advanced past it meanwhile may not have seen
 		 * the count, so step back and count under the new one. */
 		if (atomic_load(&epoch_global.now) == e)
 			return slot;
-		atomic_fetch_sub_explicit(&epoch_global.stripe[s].readers[e & 1],
-					  1, memory_order_release);
+		atomic_fetch_sub_explicit(&epoch_global.readers[slot], 1,
+					  memory_order_release);
 	}
 }
 
@@ -68,9 +72,8 @@ static inline unsigned epoch_read_enter(void)
 
 static inline void epoch_read_exit(unsigned slot)
 {
-	atomic_fetch_sub_explicit(
-		&epoch_global.stripe[slot / 2].readers[slot & 1], 1,
-		memory_order_release);
+	atomic_fetch_sub_explicit(&epoch_global.readers[slot], 1,
+				  memory_order_release);
 }
 
 /* Wait until every read-side section that began before the call has

@@ -89,13 +89,20 @@ struct mapping_cache_credit {
 	size_t need;
 };
 
-/* A lookup of m's cache hit or missed (m->cache is set). */
-static inline void mapping_count_lookup(struct folio_mapping *m, bool hit)
+/* A lookup of m's cache hit or missed (m->cache is set), counted in
+ * the calling thread's stripe, which the _at form takes from a caller
+ * that has it already (brlock_thread_stripe()). */
+static inline void mapping_count_lookup_at(struct folio_mapping *m, bool hit,
+					   unsigned stripe)
 {
-	struct mapping_cache_stripe *s =
-		&m->cache->stripe[brlock_thread_stripe()];
+	struct mapping_cache_stripe *s = &m->cache->stripe[stripe];
 	atomic_fetch_add_explicit(hit ? &s->hits : &s->misses, 1,
 				  memory_order_relaxed);
+}
+
+static inline void mapping_count_lookup(struct folio_mapping *m, bool hit)
+{
+	mapping_count_lookup_at(m, hit, brlock_thread_stripe());
 }
 
 /* Sleep (holding no lock) until credit->need bytes are charged to m's

@@ -54,42 +54,53 @@ read_optimistic_again(const struct folio *f, unsigned char *buf, size_t off,
 	return 0;
 }
 
+/* The validated copy of n bytes at off of f: n, or 0 when the locked
+ * path must decide. */
+static inline __attribute__((always_inline)) size_t
+read_copy(const struct folio *f, unsigned char *buf, size_t off, size_t n)
+{
+	struct folio_seq s;
+	if (!folio_read_begin(f, &s))
+		return 0;
+	folio_copy_racy(buf, f->data + off, n);
+	return folio_read_valid(f, &s) ? n
+				       : read_optimistic_again(f, buf, off, n);
+}
+
 static inline __attribute__((always_inline)) size_t
 read_optimistic(struct folio_mapping *m, unsigned char *buf, size_t len,
 		uint64_t p, unsigned stripe)
 {
 	struct folio *f;
-	size_t off, got = 0;
-	bool hint = mapping_hint_holding(m, p, &f, &off);
-	unsigned ep = 0;
-	if (!hint) {
-		ep = epoch_read_enter_at(stripe);
-		f = index_lookup(&m->index, mapping_key(m, p));
-		/* A lookup racing a remove and a smaller insert may reach a
-		 * folio that does not hold p (lookup.c). */
-		if (!f || p - f->pos >= folio_bytes(f)) {
-			epoch_read_exit(ep);
-			return 0;
-		}
-		off = (size_t)(p - f->pos);
+	size_t off, got;
+	/* The hint and the index each with a copy of their own: one
+	 * shared copy would carry which of them found the folio, and its
+	 * epoch slot, across the memcpy() call, in a frame that already
+	 * keeps the caller's arguments live there. */
+	if (mapping_hint_holding(m, p, &f, &off)) {
+		got = read_copy(f, buf, off, MIN(len, folio_bytes(f) - off));
+		/* Hint hits are no accesses (mapping_grab()). */
+		if (got && m->cache)
+			mapping_count_lookup_at(m, true, stripe);
+		return got;
 	}
-	size_t n = MIN(len, folio_bytes(f) - off);
-	struct folio_seq s;
-	if (folio_read_begin(f, &s)) {
-		folio_copy_racy(buf, f->data + off, n);
-		got = folio_read_valid(f, &s) ? n
-					      : read_optimistic_again(f, buf,
-								      off, n);
-	}
-	if (got && m->cache) {
-		/* Hint hits are no accesses (mapping_grab()); the count is
-		 * written only while it can still rise. */
-		if (!hint)
-			folio_note_access(f);
-		mapping_count_lookup(m, true);
-	}
-	if (!hint)
+	unsigned ep = epoch_read_enter_at(stripe);
+	f = index_lookup(&m->index, mapping_key(m, p));
+	/* A lookup racing a remove and a smaller insert may reach a folio
+	 * that does not hold p (lookup.c). */
+	uint64_t o;
+	if (!f || (o = p - f->pos) >= folio_bytes(f)) {
 		epoch_read_exit(ep);
+		return 0;
+	}
+	off = (size_t)o;
+	got = read_copy(f, buf, off, MIN(len, folio_bytes(f) - off));
+	if (got && m->cache) {
+		/* The count is written only while it can still rise. */
+		folio_note_access(f);
+		mapping_count_lookup_at(m, true, stripe);
+	}
+	epoch_read_exit(ep);
 	return got;
 }
 
