@@ -20,10 +20,10 @@
 #include "base/base.h"
 #include "index/index.h"
 
-#define SLOT_NODE 1u
-#define SLOT_SIB 2u
-#define SLOT_KIND 3u
-#define SLOT_MASK (INDEX_NODE_SLOTS - 1u)
+#define SLOT_NODE INDEX_SLOT_NODE
+#define SLOT_SIB INDEX_SLOT_SIB
+#define SLOT_KIND INDEX_SLOT_KIND
+#define SLOT_MASK INDEX_SLOT_MASK
 #define ALL_BITS (~UINT64_C(0))
 
 static inline bool slot_is_node(uintptr_t v)
@@ -150,12 +150,7 @@ static inline void slot_publish(struct index_node *n, unsigned i, uintptr_t v)
 	__atomic_store_n(&n->slots[i], v, __ATOMIC_RELEASE);
 }
 
-static inline uintptr_t slot_read(const struct index_node *n, unsigned i)
-{
-	return __atomic_load_n(&n->slots[i], __ATOMIC_ACQUIRE);
-}
-
-#define TOP_LEVEL_MASK ((uintptr_t)15)
+#define TOP_LEVEL_MASK INDEX_TOP_LEVEL_MASK
 
 /* The root and its level change together for a lock-free lookup. */
 static void set_root(struct index_tree *idx, struct index_node *root,
@@ -491,36 +486,7 @@ int index_insert(struct index_tree *idx, uint64_t first, unsigned order,
 void *index_lookup_slot(const struct index_tree *idx, uint64_t key,
 			const uintptr_t **slot)
 {
-	/* Root and level from one word: a lookup racing a growth or a
-	 * lowering of the root walks one consistent tree, the old or the
-	 * new, and an old node stays valid until its grace period ends. */
-	uintptr_t top = __atomic_load_n(&idx->top, __ATOMIC_ACQUIRE);
-	const struct index_node *n =
-		(const struct index_node *)(top & ~TOP_LEVEL_MASK);
-	unsigned shift = (unsigned)(top & TOP_LEVEL_MASK) * INDEX_NODE_SHIFT;
-
-	if (!n || beyond_node(key, shift))
-		return NULL;
-	for (;;) {
-		unsigned i = slot_of(key, shift);
-		uintptr_t v = slot_read(n, i);
-		if (slot_is_node(v)) {
-			n = slot_node(v);
-			shift -= INDEX_NODE_SHIFT;
-			continue;
-		}
-		if (slot_is_sib(v)) {
-			i = sib_head(v);
-			v = slot_read(n, i);
-			/* The entry went away after its back-reference was
-			 * read, or a new one is half built: a head slot
-			 * holds an entry or nothing. */
-			if (v & SLOT_KIND)
-				return NULL;
-		}
-		*slot = &n->slots[i];
-		return (void *)v;
-	}
+	return index_walk(idx, key, slot);
 }
 
 void *index_lookup(const struct index_tree *idx, uint64_t key)

@@ -184,6 +184,68 @@ void *index_lookup(const struct index_tree *idx, uint64_t key);
 void *index_lookup_slot(const struct index_tree *idx, uint64_t key,
 			const uintptr_t **slot);
 
+/*
+ * The walk of index_lookup_slot(), here so that the cached read and
+ * write paths (mapping/read.c, lookup.c) walk without a call, whose
+ * saves and restores of what they keep live cost about what the walk
+ * does. A slot holds an entry pointer (4-byte aligned), a node pointer
+ * | INDEX_SLOT_NODE, or a back-reference | INDEX_SLOT_SIB to the head
+ * slot of a multi-slot entry (head in bits 8..13, see index.c).
+ */
+#define INDEX_SLOT_NODE 1u
+#define INDEX_SLOT_SIB 2u
+#define INDEX_SLOT_KIND 3u
+#define INDEX_SLOT_MASK (INDEX_NODE_SLOTS - 1u)
+/* idx->top: the root | its level (shift / INDEX_NODE_SHIFT). */
+#define INDEX_TOP_LEVEL_MASK ((uintptr_t)15)
+
+static inline void *index_walk(const struct index_tree *idx, uint64_t key,
+			       const uintptr_t **slot)
+{
+	/* Root and level from one word: a lookup racing a growth or a
+	 * lowering of the root walks one consistent tree, the old or the
+	 * new, and an old node stays valid until its grace period ends. */
+	uintptr_t top = __atomic_load_n(&idx->top, __ATOMIC_ACQUIRE);
+	const struct index_node *n =
+		(const struct index_node *)(top & ~INDEX_TOP_LEVEL_MASK);
+	unsigned shift =
+		(unsigned)(top & INDEX_TOP_LEVEL_MASK) * INDEX_NODE_SHIFT;
+
+	/* Past what the root spans (a root at level 60 spans everything,
+	 * and a shift by 66 would be undefined). */
+	if (!n || (shift + INDEX_NODE_SHIFT < 64 &&
+		   (key >> (shift + INDEX_NODE_SHIFT)) != 0))
+		return NULL;
+	for (;;) {
+		unsigned i = (unsigned)(key >> shift) & INDEX_SLOT_MASK;
+		uintptr_t v = __atomic_load_n(&n->slots[i], __ATOMIC_ACQUIRE);
+		if ((v & INDEX_SLOT_KIND) == INDEX_SLOT_NODE) {
+			n = (const struct index_node *)(v - INDEX_SLOT_NODE);
+			shift -= INDEX_NODE_SHIFT;
+			continue;
+		}
+		if ((v & INDEX_SLOT_KIND) == INDEX_SLOT_SIB) {
+			i = (unsigned)(v >> 8) & INDEX_SLOT_MASK;
+			v = __atomic_load_n(&n->slots[i], __ATOMIC_ACQUIRE);
+			/* The entry went away after its back-reference was
+			 * read, or a new one is half built: a head slot
+			 * holds an entry or nothing. */
+			if (v & INDEX_SLOT_KIND)
+				return NULL;
+		}
+		*slot = &n->slots[i];
+		return (void *)v;
+	}
+}
+
+/* index_lookup() inline, for the hot paths (see index_walk()). */
+static inline void *index_lookup_inline(const struct index_tree *idx,
+					uint64_t key)
+{
+	const uintptr_t *slot;
+	return index_walk(idx, key, &slot);
+}
+
 static inline bool index_slot_holds(const uintptr_t *slot, const void *entry)
 {
 	/* Only an empty node leaves the tree, and a lowered root holds no

@@ -300,7 +300,7 @@ struct folio *mapping_grab(struct folio_mapping *m, uint64_t pos,
 }
 
 struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos,
-				     bool sequential)
+				     bool sequential, unsigned stripe)
 {
 	/* Locked inside an epoch section, the folio's header cannot go
 	 * away before the lock is ours, and once it is, the folio cannot
@@ -309,8 +309,8 @@ struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos,
 	 * writes nothing but the folio's lock word. */
 	bool old_pinned = false;
 	struct folio *old = NULL;
-	unsigned ep = epoch_read_enter();
-	struct folio *f = index_lookup(&m->index, mapping_key(m, pos));
+	unsigned ep = epoch_read_enter_at(stripe);
+	struct folio *f = index_lookup_inline(&m->index, mapping_key(m, pos));
 	if (f && !(folio_holds(f, pos) && folio_lock_nowait(f)))
 		f = NULL;
 	if (f && folio_test_removed(f)) {
@@ -333,7 +333,7 @@ struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos,
 	if (m->cache && !first)
 		folio_note_access(f);
 	if (m->cache)
-		mapping_count_lookup(m, true);
+		mapping_count_lookup_at(m, true, stripe);
 	return f;
 }
 

@@ -62,16 +62,18 @@ static inline bool mapping_hint_holding(const struct folio_mapping *m,
  * for moving the hint and never use it) or on the first use of a folio
  * read ahead. Caller holds io_lock shared. Looks in the index: callers
  * first try the hint (mapping_hint_holding(), mapping_trylock_hint()),
- * which most small sequential steps hit without a call.
+ * which most small sequential steps hit without a call. `stripe` is the
+ * caller's brlock_thread_stripe(), which it has for io_lock already.
  */
 struct folio *mapping_trylock_cached(struct folio_mapping *m, uint64_t pos,
-				     bool sequential);
+				     bool sequential, unsigned stripe);
 
 /* mapping_trylock_cached() of the hint f that mapping_hint_holding() gave:
  * the reference the hint pins keeps f valid, REMOVED under its lock says
  * whether it is still m's. */
 static inline struct folio *mapping_trylock_hint(struct folio_mapping *m,
-						 struct folio *f)
+						 struct folio *f,
+						 unsigned stripe)
 {
 	if (!folio_lock_nowait(f))
 		return NULL;
@@ -80,7 +82,7 @@ static inline struct folio *mapping_trylock_hint(struct folio_mapping *m,
 		return NULL;
 	}
 	if (m->cache)
-		mapping_count_lookup(m, true);
+		mapping_count_lookup_at(m, true, stripe);
 	return f;
 }
 

@@ -85,7 +85,7 @@ read_optimistic(struct folio_mapping *m, unsigned char *buf, size_t len,
 		return got;
 	}
 	unsigned ep = epoch_read_enter_at(stripe);
-	f = index_lookup(&m->index, mapping_key(m, p));
+	f = index_lookup_inline(&m->index, mapping_key(m, p));
 	/* A lookup racing a remove and a smaller insert may reach a folio
 	 * that does not hold p (lookup.c). */
 	uint64_t o;
@@ -109,13 +109,13 @@ read_optimistic(struct folio_mapping *m, unsigned char *buf, size_t len,
  * folio is missing, locked by someone else or not uptodate over the part
  * wanted. */
 static size_t read_locked(struct folio_mapping *m, unsigned char *buf,
-			  size_t len, uint64_t p)
+			  size_t len, uint64_t p, unsigned stripe)
 {
 	struct folio *f;
 	size_t off;
 	if (mapping_hint_holding(m, p, &f, &off))
-		f = mapping_trylock_hint(m, f);
-	else if ((f = mapping_trylock_cached(m, p, false)))
+		f = mapping_trylock_hint(m, f, stripe);
+	else if ((f = mapping_trylock_cached(m, p, false, stripe)))
 		off = (size_t)(p - f->pos);
 	if (!f)
 		return 0;
@@ -151,7 +151,8 @@ read_cached(struct folio_mapping *m, unsigned char *buf, size_t len,
 		size_t n = read_optimistic(m, buf + done, len - done,
 					   pos + done, stripe);
 		if (!n)
-			n = read_locked(m, buf + done, len - done, pos + done);
+			n = read_locked(m, buf + done, len - done, pos + done,
+					stripe);
 		if (!n)
 			break;
 		done += n;

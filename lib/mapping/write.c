@@ -137,10 +137,13 @@ static size_t mark_written(struct folio_mapping *m, struct folio *f,
  * Mark the bytes [pos, pos+len) of f dirty+uptodate after they were
  * copied in. Inline, with the update itself out of line: a rewrite of a
  * dirty block (the common small write) skips it and costs no call.
+ * `folio_dirty` is m's FOLIO_MAPPING_FOLIO_DIRTY, from a caller that
+ * may know it already: read here, after the copy, it is a load the
+ * compiler cannot keep across memcpy().
  */
 static inline __attribute__((always_inline)) void
 commit_write(struct folio_mapping *m, struct folio *f, uint64_t pos,
-	     size_t len)
+	     size_t len, bool folio_dirty)
 {
 	size_t newly = 0;
 	/* A rewrite of a dirty block needs no update. Every path that
@@ -149,8 +152,7 @@ commit_write(struct folio_mapping *m, struct folio *f, uint64_t pos,
 	 * lock, which is ours, so the flags cannot change before it is
 	 * released. Whole-folio tracking may have blocks past EOF to
 	 * settle, so it always updates. */
-	if ((m->flags & FOLIO_MAPPING_FOLIO_DIRTY) ||
-	    !folio_single_dirty_uptodate(f))
+	if (folio_dirty || !folio_single_dirty_uptodate(f))
 		newly = mark_written(m, f, (size_t)(pos - f->pos), len);
 	mapping_grow_eof(m, pos + len);
 	if (newly && m->cache) {
@@ -236,7 +238,7 @@ static inline bool continues_last_write(const struct folio_mapping *m,
  */
 static inline __attribute__((always_inline)) size_t
 write_cached(struct folio_mapping *m, const unsigned char *src, size_t len,
-	     uint64_t pos)
+	     uint64_t pos, unsigned stripe)
 {
 	if (m->flags & (FOLIO_MAPPING_FOLIO_DIRTY | FOLIO_MAPPING_STABLE_WRITES))
 		return 0;
@@ -249,9 +251,9 @@ write_cached(struct folio_mapping *m, const unsigned char *src, size_t len,
 		 * the thread's last one (mapping_trylock_cached()): a write
 		 * within the hint's folio never looks. */
 		if (mapping_hint_holding(m, p, &f, &off))
-			f = mapping_trylock_hint(m, f);
+			f = mapping_trylock_hint(m, f, stripe);
 		else if ((f = mapping_trylock_cached(
-				  m, p, continues_last_write(m, pos))))
+				  m, p, continues_last_write(m, pos), stripe)))
 			off = (size_t)(p - f->pos);
 		if (!f)
 			break;
@@ -262,7 +264,7 @@ write_cached(struct folio_mapping *m, const unsigned char *src, size_t len,
 			break;
 		}
 		memcpy(f->data + off, src + done, n);
-		commit_write(m, f, p, n);
+		commit_write(m, f, p, n, false);
 		folio_unlock_held(f);
 		done += n;
 		if (done < len)
@@ -314,7 +316,8 @@ write_folios(struct folio_mapping *m, const unsigned char *src, size_t len,
 		err = prepare_write(m, f, off, n, false);
 		if (!err) {
 			memcpy(f->data + off, src + done, n);
-			commit_write(m, f, p, n);
+			commit_write(m, f, p, n,
+				     m->flags & FOLIO_MAPPING_FOLIO_DIRTY);
 			done += n;
 		}
 		folio_unlock_held(f);
@@ -343,7 +346,7 @@ ssize_t folio_mapping_write(struct folio_mapping *m, const void *buf,
 	const unsigned char *src = buf;
 	unsigned stripe = brlock_thread_stripe();
 	brlock_read_lock_at(&m->io_lock, stripe);
-	ssize_t ret = (ssize_t)write_cached(m, src, len, pos);
+	ssize_t ret = (ssize_t)write_cached(m, src, len, pos, stripe);
 	if ((size_t)ret < len)
 		ret = write_folios(m, src, len, pos, (size_t)ret);
 	brlock_read_unlock_at(&m->io_lock, stripe);
@@ -426,7 +429,8 @@ ssize_t folio_mapping_write_end(struct folio_mapping *m, struct folio *f,
 	if ((end & mask) && folio_is_uptodate(f, end & ~mask, 1) == 0)
 		end = MAX(off, end & ~mask);
 	if (end > off) {
-		commit_write(m, f, pos, end - off);
+		commit_write(m, f, pos, end - off,
+			     m->flags & FOLIO_MAPPING_FOLIO_DIRTY);
 		stat_add(&m->stats.io_bytes[brlock_thread_stripe()].written,
 			 end - off);
 	}
