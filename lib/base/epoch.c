@@ -21,6 +21,14 @@ static pthread_mutex_t retire_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct epoch_entry *retired;
 static unsigned nretired;
 
+unsigned epoch_read_enter_retry(unsigned s)
+{
+	unsigned slot;
+	while (!epoch_read_try_enter(s, &slot))
+		;
+	return slot;
+}
+
 void epoch_synchronize(void)
 {
 	pthread_mutex_lock(&gp_lock);

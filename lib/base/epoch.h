@@ -45,35 +45,47 @@ struct epoch_domain {
  * every mapping costs no more than one per mapping would. */
 extern struct epoch_domain epoch_global;
 
+static inline void epoch_read_exit(unsigned slot)
+{
+	atomic_fetch_sub_explicit(&epoch_global.readers[slot], 1,
+				  memory_order_release);
+}
+
+/* One try at entering a section counted in stripe s: true with *slot
+ * set when it is entered. */
+static inline bool epoch_read_try_enter(unsigned s, unsigned *slot)
+{
+	uint64_t e = atomic_load(&epoch_global.now);
+	*slot = EPOCH_SLOT(s, (unsigned)(e & 1));
+	atomic_fetch_add(&epoch_global.readers[*slot], 1);
+	/* Counted under e only if e is still current: a grace period that
+	 * advanced past it meanwhile may not have seen the count, so step
+	 * back (the caller counts under the new one). */
+	if (atomic_load(&epoch_global.now) == e)
+		return true;
+	epoch_read_exit(*slot);
+	return false;
+}
+
+/* epoch_read_enter_at() once its first try met a grace period. */
+unsigned epoch_read_enter_retry(unsigned s);
+
 /* Enter a read-side section counted in stripe s (the caller's
  * brlock_thread_stripe(), when it has it already); pass the result to
- * epoch_read_exit(). */
+ * epoch_read_exit(). Only the first try inline: a grace period in
+ * between is rare, and a loop here costs the hot paths a jump. */
 static inline unsigned epoch_read_enter_at(unsigned s)
 {
-	for (;;) {
-		uint64_t e = atomic_load(&epoch_global.now);
-		unsigned slot = EPOCH_SLOT(s, (unsigned)(e & 1));
-		atomic_fetch_add(&epoch_global.readers[slot], 1);
-		/* Counted under e only if e is still current: a grace
-		 * period that advanced past it meanwhile may not have seen
-		 * the count, so step back and count under the new one. */
-		if (atomic_load(&epoch_global.now) == e)
-			return slot;
-		atomic_fetch_sub_explicit(&epoch_global.readers[slot], 1,
-					  memory_order_release);
-	}
+	unsigned slot;
+	if (__builtin_expect(epoch_read_try_enter(s, &slot), 1))
+		return slot;
+	return epoch_read_enter_retry(s);
 }
 
 /* Enter a read-side section; pass the result to epoch_read_exit(). */
 static inline unsigned epoch_read_enter(void)
 {
 	return epoch_read_enter_at(brlock_thread_stripe());
-}
-
-static inline void epoch_read_exit(unsigned slot)
-{
-	atomic_fetch_sub_explicit(&epoch_global.readers[slot], 1,
-				  memory_order_release);
 }
 
 /* Wait until every read-side section that began before the call has
