@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -94,11 +95,103 @@ static void test_stripes(void **state)
 	brlock_read_lock(&l);
 	assert_int_equal(atomic_load(&l.stripe[s].readers), 1);
 	brlock_read_unlock(&l);
+	/* The writer word counts holds: odd while one is held. */
+	unsigned before = brlock_optimistic_begin(&l);
+	assert_int_equal(before & 1, 0);
+	assert_true(brlock_optimistic_valid(&l, before));
 	brlock_write_lock(&l);
-	assert_int_equal(atomic_load(&l.writer), 1);
+	unsigned held = brlock_optimistic_begin(&l);
+	assert_int_equal(held & 1, 1);
+	assert_false(brlock_optimistic_valid(&l, before));
 	brlock_write_unlock(&l);
-	assert_int_equal(atomic_load(&l.writer), 0);
+	unsigned after = brlock_optimistic_begin(&l);
+	assert_int_equal(after, before + 2);
+	assert_false(brlock_optimistic_valid(&l, before));
+	assert_false(brlock_optimistic_valid(&l, held));
+	assert_true(brlock_optimistic_valid(&l, after));
+	/* Shared holds do not move it. */
+	brlock_read_lock(&l);
+	brlock_read_unlock(&l);
+	assert_true(brlock_optimistic_valid(&l, after));
 	brlock_destroy(&l);
+}
+
+/* Widens the windows between two loads or two stores, so that a check
+ * that lets a torn pair through fails here within milliseconds. */
+static void spin(unsigned n)
+{
+	for (volatile unsigned i = 0; i < n; i++)
+		;
+}
+
+/* Two words a writer changes together under the lock, published with
+ * release stores (the contract of the optimistic side). */
+struct pair_shared {
+	struct brlock lock;
+	_Atomic unsigned long a, b;
+	atomic_int stop;
+	atomic_ulong validated, torn;
+};
+
+static void *pair_writer(void *arg)
+{
+	struct pair_shared *sh = arg;
+	for (unsigned long i = 1; !atomic_load(&sh->stop); i++) {
+		brlock_write_lock(&sh->lock);
+		atomic_store_explicit(&sh->a, i, memory_order_release);
+		spin(64);
+		atomic_store_explicit(&sh->b, i, memory_order_release);
+		brlock_write_unlock(&sh->lock);
+	}
+	return NULL;
+}
+
+static void *pair_reader(void *arg)
+{
+	struct pair_shared *sh = arg;
+	while (!atomic_load(&sh->stop)) {
+		unsigned t = brlock_optimistic_begin(&sh->lock);
+		if (t & 1)
+			continue;
+		unsigned long a = atomic_load_explicit(&sh->a,
+						       memory_order_acquire);
+		spin(64);
+		unsigned long b = atomic_load_explicit(&sh->b,
+						       memory_order_acquire);
+		if (!brlock_optimistic_valid(&sh->lock, t))
+			continue;
+		atomic_fetch_add(&sh->validated, 1);
+		if (a != b)
+			atomic_fetch_add(&sh->torn, 1);
+	}
+	return NULL;
+}
+
+/* An optimistic read that validates saw no hold begin: never one word of
+ * a hold and the other of another. */
+static void test_optimistic(void **state)
+{
+	(void)state;
+	static struct pair_shared sh;
+	assert_int_equal(brlock_init(&sh.lock), 0);
+	pthread_t w, r[2];
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&r[i], NULL, pair_reader, &sh),
+				 0);
+	assert_int_equal(pthread_create(&w, NULL, pair_writer, &sh), 0);
+	/* Until enough reads validated: at least some while the writer
+	 * ran, a bound on time for slow checkers. */
+	unsigned long want = test_iters(200000, 2000);
+	struct timespec ms = {0, 1000000};
+	for (unsigned i = 0; i < 3000 && atomic_load(&sh.validated) < want; i++)
+		nanosleep(&ms, NULL);
+	atomic_store(&sh.stop, 1);
+	pthread_join(w, NULL);
+	for (int i = 0; i < 2; i++)
+		pthread_join(r[i], NULL);
+	assert_true(atomic_load(&sh.validated) > 0);
+	assert_int_equal(atomic_load(&sh.torn), 0);
+	brlock_destroy(&sh.lock);
 }
 
 int main(void)
@@ -106,6 +199,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_stripes),
 		cmocka_unit_test(test_exclusion),
+		cmocka_unit_test(test_optimistic),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -398,6 +398,115 @@ static void test_whole_folio_reads(void **state)
 }
 
 /*
+ * Reads that take no lock, racing truncates that cut into the folio they
+ * read (doc/design.md, "Optimistic reads"): a truncater cuts a 64 KiB
+ * folio's upper quarter (zeroing it, lowering EOF) and writes it back
+ * with a new value, over and over, while readers read the folio's upper
+ * half. A read returns one state of the object: the half of the first
+ * value with the quarter of one value, or (EOF cut) only the lower
+ * quarter. Never zeros under the old EOF: those are the truncate's, read
+ * with the EOF from before it.
+ */
+#define TR_FOLIO (64 * 1024)
+#define TR_CUT (TR_FOLIO * 3 / 4)
+#define TR_READERS 2
+#define TR_BEYOND 32
+
+struct tr_shared {
+	struct folio_mapping *map;
+	atomic_bool stop;
+	atomic_int bad;
+	atomic_uint reads, cut_reads;
+};
+
+/* The values a read may see, and buffers filled with each, so that a
+ * reader checks with memcmp() and spends its time reading. Filled before
+ * the readers start. */
+static const unsigned char tr_values[3] = {0xaa, 0xbb, 0xcc};
+static unsigned char tr_fill[3][TR_FOLIO / 4];
+
+/* buf[0, TR_FOLIO / 4) is all c, one of tr_values. */
+static bool tr_quarter_is(const unsigned char *buf, unsigned char c)
+{
+	for (int i = 0; i < 3; i++)
+		if (tr_values[i] == c)
+			return !memcmp(buf, tr_fill[i], sizeof(tr_fill[i]));
+	return false;
+}
+
+static void *tr_reader(void *arg)
+{
+	struct tr_shared *t = arg;
+	size_t half = TR_FOLIO / 2, quarter = TR_FOLIO / 4;
+	unsigned char *buf = malloc(half);
+	while (!atomic_load(&t->stop)) {
+		ssize_t n = folio_mapping_read(t->map, buf, half, half);
+		bool ok = tr_quarter_is(buf, 0xaa);
+		if (n == (ssize_t)half)
+			ok = ok && tr_quarter_is(buf + quarter, buf[quarter]);
+		else if (n == (ssize_t)quarter)
+			atomic_fetch_add(&t->cut_reads, 1);
+		else
+			ok = false;
+		if (!ok)
+			atomic_fetch_add(&t->bad, 1);
+		atomic_fetch_add(&t->reads, 1);
+	}
+	free(buf);
+	return NULL;
+}
+
+static void test_reads_during_truncate(void **state)
+{
+	(void)state;
+	struct tr_shared t = {.stop = false};
+	struct folio_engine *e;
+	assert_int_equal(folio_engine_mem(&e, 4u << 20), 0);
+	struct folio_mapping_opts o = {.sz = sizeof(o),
+				       .min_folio_size = TR_FOLIO,
+				       .max_folio_size = TR_FOLIO,
+				       .engine = e};
+	assert_int_equal(folio_mapping_new(&t.map, &o), 0);
+	unsigned char *buf = malloc(2 * TR_FOLIO);
+	memset(buf, 0xaa, 2 * TR_FOLIO);
+	assert_int_equal(folio_mapping_write(t.map, buf, 2 * TR_FOLIO, 0),
+			 2 * TR_FOLIO);
+	for (int i = 0; i < 3; i++)
+		memset(tr_fill[i], tr_values[i], sizeof(tr_fill[i]));
+	pthread_t r[TR_READERS];
+	for (int i = 0; i < TR_READERS; i++)
+		assert_int_equal(pthread_create(&r[i], NULL, tr_reader, &t), 0);
+	unsigned rounds = test_iters(5000, 200);
+	size_t quarter = TR_FOLIO / 4;
+	for (unsigned n = 0; n < rounds; n++) {
+		assert_int_equal(folio_mapping_truncate(t.map, TR_CUT), 0);
+		memset(buf, n & 1 ? 0xbb : 0xcc, quarter);
+		assert_int_equal(folio_mapping_write(t.map, buf, quarter,
+						     TR_CUT),
+				 quarter);
+		/* Folios past the cut for the next truncate to remove
+		 * after it cut the first: that keeps the window between
+		 * its cut and its new EOF wide, where a read would find
+		 * the zeros with the old EOF. */
+		for (uint64_t k = 1; k <= TR_BEYOND; k++)
+			assert_int_equal(folio_mapping_write(t.map, buf, 1,
+							     k * TR_FOLIO),
+					 1);
+	}
+	atomic_store(&t.stop, true);
+	for (int i = 0; i < TR_READERS; i++)
+		pthread_join(r[i], NULL);
+	print_message("%u reads, %u of them cut short by EOF\n",
+		      atomic_load(&t.reads), atomic_load(&t.cut_reads));
+	assert_int_equal(atomic_load(&t.bad), 0);
+	assert_true(atomic_load(&t.reads) > 0);
+	assert_int_equal(folio_mapping_sync(t.map, NULL), 0);
+	assert_int_equal(folio_mapping_free(t.map), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	free(buf);
+}
+
+/*
  * Every writer of a folio's data or of state an optimistic reader looks
  * at moves the folio's version (doc/design.md, "Optimistic reads"): a
  * snapshot a reader took of a cached, uptodate folio is never valid after
@@ -769,6 +878,7 @@ int main(void)
 		cmocka_unit_test(test_disjoint),
 		cmocka_unit_test(test_overlapping),
 		cmocka_unit_test(test_whole_folio_reads),
+		cmocka_unit_test(test_reads_during_truncate),
 		cmocka_unit_test(test_writers_move_version),
 		cmocka_unit_test(test_lookup_races),
 		cmocka_unit_test(test_tag_set_during_clear_unless),

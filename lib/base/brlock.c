@@ -38,10 +38,10 @@ void brlock_read_wait(struct brlock *l, atomic_uint *count)
 		if (atomic_fetch_sub(count, 1) == 1)
 			futex_wake_all(count);
 		unsigned w;
-		while ((w = atomic_load(&l->writer)))
+		while ((w = atomic_load(&l->writer)) & 1)
 			futex_wait(&l->writer, w);
 		atomic_fetch_add(count, 1);
-	} while (atomic_load(&l->writer));
+	} while (atomic_load(&l->writer) & 1);
 }
 
 /* The last reader of a stripe left while a writer waits for it. */
@@ -53,7 +53,10 @@ void brlock_wake_writer(atomic_uint *count)
 void brlock_write_lock(struct brlock *l)
 {
 	pthread_mutex_lock(&l->writers);
-	atomic_store(&l->writer, 1);
+	/* Odd: readers keep out, and optimistic readers' tokens are stale
+	 * before anything the writer changes. One writer at a time, so
+	 * the increments never interleave. */
+	atomic_fetch_add(&l->writer, 1);
 	for (unsigned i = 0; i < BRLOCK_STRIPES; i++) {
 		atomic_uint *count = &l->stripe[i].readers;
 		unsigned v;
@@ -64,7 +67,7 @@ void brlock_write_lock(struct brlock *l)
 
 void brlock_write_unlock(struct brlock *l)
 {
-	atomic_store(&l->writer, 0);
+	atomic_fetch_add(&l->writer, 1);
 	futex_wake_all(&l->writer);
 	pthread_mutex_unlock(&l->writers);
 }

@@ -11,6 +11,12 @@
  * Not recursive, and a shared hold is released by the thread that took
  * it (the stripe is per thread). Writers are preferred: once one waits,
  * new readers wait for it.
+ *
+ * The writer word is also a sequence count of exclusive holds (odd while
+ * a writer holds or wants the lock), so a reader that only loads shared
+ * data can go without the lock at all: brlock_optimistic_begin(), read,
+ * brlock_optimistic_valid(). That reader writes no line a writer or
+ * another reader uses, and writers never wait for it.
  */
 #ifndef FOLIO_BRLOCK_H
 #define FOLIO_BRLOCK_H
@@ -29,7 +35,9 @@ struct brlock_stripe {
 };
 
 struct brlock {
-	_Alignas(BRLOCK_LINE) atomic_uint writer; /* a writer holds or wants it */
+	/* Exclusive holds begun and ended: odd while a writer holds or
+	 * wants the lock. */
+	_Alignas(BRLOCK_LINE) atomic_uint writer;
 	pthread_mutex_t writers;                  /* one writer at a time */
 	struct brlock_stripe stripe[BRLOCK_STRIPES];
 };
@@ -66,15 +74,42 @@ static inline void brlock_read_lock_at(struct brlock *l, unsigned stripe)
 {
 	atomic_uint *count = &l->stripe[stripe].readers;
 	atomic_fetch_add(count, 1);
-	if (atomic_load(&l->writer))
+	if (atomic_load(&l->writer) & 1)
 		brlock_read_wait(l, count);
 }
 
 static inline void brlock_read_unlock_at(struct brlock *l, unsigned stripe)
 {
 	atomic_uint *count = &l->stripe[stripe].readers;
-	if (atomic_fetch_sub(count, 1) == 1 && atomic_load(&l->writer))
+	if (atomic_fetch_sub(count, 1) == 1 && (atomic_load(&l->writer) & 1))
 		brlock_wake_writer(count);
+}
+
+/*
+ * The optimistic read side, a seqcount over exclusive holds. Begin
+ * returns a token; an odd one means a writer holds or wants the lock,
+ * and the caller takes the read side instead. brlock_optimistic_valid()
+ * then says whether no exclusive hold began since the token was taken.
+ * It sees every hold whose effects the caller's reads in between could
+ * have observed, provided the caller observed them through acquire loads
+ * (a writer publishes its changes with release stores or unlocks after
+ * its increment): an acquire load orders the check after it. A caller
+ * reading with plain loads validates those with a seqcount of its own
+ * first (the folio version of an optimistic copy). Tokens wrap after
+ * 2^31 exclusive holds: a reader that stays between the two calls that
+ * long is not a case this lock serves.
+ */
+static inline unsigned brlock_optimistic_begin(const struct brlock *l)
+{
+	return atomic_load_explicit(&((struct brlock *)l)->writer,
+				    memory_order_acquire);
+}
+
+static inline bool brlock_optimistic_valid(const struct brlock *l,
+					   unsigned token)
+{
+	return atomic_load_explicit(&((struct brlock *)l)->writer,
+				    memory_order_acquire) == token;
 }
 
 /* The read side as most callers take it. The _at forms take the stripe

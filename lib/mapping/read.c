@@ -26,17 +26,6 @@ struct read_slot {
  * its lock rather than copy over and over. */
 #define READ_OPTIMISTIC_TRIES 3
 
-/*
- * One folio's part of a cached read that writes nothing the folio's other
- * users read (doc/design.md, "Optimistic reads"): find the folio holding p
- * (the thread's hint, whose pinned reference keeps it mapped, else the
- * index inside an epoch section, which keeps its header mapped and, with
- * the allocator's grace period before any unmap, its data), copy while it
- * is unlocked, uptodate and unmarked, and keep the copy only when its
- * version did not move meanwhile. Returns the bytes copied, 0 when the
- * locked path must decide (missing, busy, partly uptodate, a readahead
- * mark to take, a writer that kept changing it).
- */
 /* read_optimistic()'s copy again, after its first one failed to
  * validate: out of line, so that the first one's frame stays small. */
 static __attribute__((noinline)) size_t
@@ -54,31 +43,68 @@ read_optimistic_again(const struct folio *f, unsigned char *buf, size_t off,
 	return 0;
 }
 
-/* The validated copy of n bytes at off of f: n, or 0 when the locked
- * path must decide. */
+/*
+ * The validated copy of n bytes at off of f: n, or 0 when the locked
+ * path must decide. `excl` (see read_optimistic()) is checked once the
+ * folio's version is read: a truncate or invalidate whose increment it
+ * misses made no change this copy or the caller's EOF can have seen
+ * (base/brlock.h), and the version catches any it makes from then on.
+ */
 static inline __attribute__((always_inline)) size_t
-read_copy(const struct folio *f, unsigned char *buf, size_t off, size_t n)
+read_copy(struct folio_mapping *m, const struct folio *f, unsigned char *buf,
+	  size_t off, size_t n, const unsigned *excl)
 {
 	struct folio_seq s;
 	if (!folio_read_begin(f, &s))
 		return 0;
+	if (excl && !brlock_optimistic_valid(&m->io_lock, *excl))
+		return 0;
 	folio_copy_racy(buf, f->data + off, n);
-	return folio_read_valid(f, &s) ? n
-				       : read_optimistic_again(f, buf, off, n);
+	if (folio_read_valid(f, &s))
+		return n;
+	/* Without io_lock the locked path retries, under it. */
+	return excl ? 0 : read_optimistic_again(f, buf, off, n);
 }
 
+/* How much of len a copy from off of f takes: what f holds of it, or,
+ * lock-free (excl), all of it or nothing (the rest of a read that
+ * crosses folios needs io_lock). */
+static inline size_t read_span(const struct folio *f, size_t off, size_t len,
+			       const unsigned *excl)
+{
+	size_t room = folio_bytes(f) - off;
+	if (excl)
+		return len <= room ? len : 0;
+	return MIN(len, room);
+}
+
+/*
+ * One folio's part of a cached read that writes nothing the folio's other
+ * users read (doc/design.md, "Optimistic reads"): find the folio holding p
+ * (the thread's hint, whose pinned reference keeps it mapped, else the
+ * index inside an epoch section, which keeps its header mapped and, with
+ * the allocator's grace period before any unmap, its data), copy while it
+ * is unlocked, uptodate and unmarked, and keep the copy only when its
+ * version did not move meanwhile. Returns the bytes copied, 0 when the
+ * locked path must decide (missing, busy, partly uptodate, a readahead
+ * mark to take, a writer that kept changing it). The caller holds io_lock
+ * shared (excl NULL), or holds nothing and passes io_lock's even token
+ * (brlock_optimistic_begin()) taken before it loaded EOF: then the copy is
+ * all of len or nothing, and it is not retried here.
+ */
 static inline __attribute__((always_inline)) size_t
 read_optimistic(struct folio_mapping *m, unsigned char *buf, size_t len,
-		uint64_t p, unsigned stripe)
+		uint64_t p, unsigned stripe, const unsigned *excl)
 {
 	struct folio *f;
-	size_t off, got;
+	size_t off, n, got;
 	/* The hint and the index each with a copy of their own: one
 	 * shared copy would carry which of them found the folio, and its
 	 * epoch slot, across the memcpy() call, in a frame that already
 	 * keeps the caller's arguments live there. */
 	if (mapping_hint_holding(m, p, &f, &off)) {
-		got = read_copy(f, buf, off, MIN(len, folio_bytes(f) - off));
+		n = read_span(f, off, len, excl);
+		got = n ? read_copy(m, f, buf, off, n, excl) : 0;
 		/* Hint hits are no accesses (mapping_grab()). */
 		if (got && m->cache)
 			mapping_count_lookup_at(m, true, stripe);
@@ -89,12 +115,12 @@ read_optimistic(struct folio_mapping *m, unsigned char *buf, size_t len,
 	/* A lookup racing a remove and a smaller insert may reach a folio
 	 * that does not hold p (lookup.c). */
 	uint64_t o;
-	if (!f || (o = p - f->pos) >= folio_bytes(f)) {
+	if (!f || (o = p - f->pos) >= folio_bytes(f) ||
+	    !(n = read_span(f, (size_t)o, len, excl))) {
 		epoch_read_exit(ep);
 		return 0;
 	}
-	off = (size_t)o;
-	got = read_copy(f, buf, off, MIN(len, folio_bytes(f) - off));
+	got = read_copy(m, f, buf, (size_t)o, n, excl);
 	if (got && m->cache) {
 		/* The count is written only while it can still rise. */
 		folio_note_access(f);
@@ -139,8 +165,8 @@ static size_t read_locked(struct folio_mapping *m, unsigned char *buf,
  * does the rest the ordinary way, which waits for busy folios. Caller
  * holds io_lock shared, has clamped len to EOF and copied `done` bytes
  * already (the first folio's optimistic copy is inline in
- * folio_mapping_read(): most reads end there, and out here the loop's
- * state does not crowd it). The write fast path (write.c) is the locked
+ * folio_mapping_read(), without io_lock: most reads end there, and out
+ * here the loop's state does not crowd it). The write fast path (write.c) is the locked
  * loop copying the other way.
  */
 static __attribute__((noinline)) size_t
@@ -149,7 +175,7 @@ read_cached(struct folio_mapping *m, unsigned char *buf, size_t len,
 {
 	while (done < len) {
 		size_t n = read_optimistic(m, buf + done, len - done,
-					   pos + done, stripe);
+					   pos + done, stripe, NULL);
 		if (!n)
 			n = read_locked(m, buf + done, len - done, pos + done,
 					stripe);
@@ -249,6 +275,27 @@ read_uncached(struct folio_mapping *m, unsigned char *dst, size_t len,
 	return done ? (ssize_t)done : err;
 }
 
+/*
+ * A read under io_lock shared: what the lock-free path could not take
+ * whole (a read crossing folios, a folio missing, busy or changing, a
+ * truncate or invalidate under way). Out of line: a hit's frame holds
+ * none of this.
+ */
+static __attribute__((noinline)) ssize_t
+read_shared(struct folio_mapping *m, unsigned char *buf, size_t want,
+	    uint64_t pos, unsigned stripe)
+{
+	brlock_read_lock_at(&m->io_lock, stripe);
+	uint64_t eof = mapping_eof(m);
+	size_t len = pos >= eof ? 0 : (size_t)MIN((uint64_t)want, eof - pos);
+	size_t done = len ? read_cached(m, buf, len, pos, 0, stripe) : 0;
+	if (done < len)
+		return read_uncached(m, buf, len, pos, want, done);
+	brlock_read_unlock_at(&m->io_lock, stripe);
+	stat_add(&m->stats.io_bytes[stripe].read, done);
+	return (ssize_t)done;
+}
+
 ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 			   uint64_t pos)
 {
@@ -258,21 +305,26 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 	if (len > SSIZE_MAX)
 		len = SSIZE_MAX;
 
-	size_t want = len;
-	/* One stripe lookup for the lock, the epoch and the counter. */
+	/* One stripe lookup for the epoch, the counter and the lock. */
 	unsigned stripe = brlock_thread_stripe();
-	brlock_read_lock_at(&m->io_lock, stripe);
-	uint64_t eof = mapping_eof(m);
-	if (pos >= eof)
-		len = 0;
-	else
-		len = (size_t)MIN((uint64_t)len, eof - pos);
-	size_t done = len ? read_optimistic(m, buf, len, pos, stripe) : 0;
-	if (done < len)
-		done = read_cached(m, buf, len, pos, done, stripe);
-	if (done < len)
-		return read_uncached(m, buf, len, pos, want, done);
-	brlock_read_unlock_at(&m->io_lock, stripe);
-	stat_add(&m->stats.io_bytes[stripe].read, done);
-	return (ssize_t)done;
+	/*
+	 * The first folio without io_lock (doc/design.md, "Optimistic
+	 * reads"): only an exclusive hold changes what a read may return
+	 * beyond one folio's version (EOF going down, folios cut), and
+	 * io_lock's token, taken before EOF is loaded and checked once the
+	 * folio's version is, says whether one could have been seen. A read
+	 * wholly within one cached folio ends here.
+	 */
+	unsigned excl = brlock_optimistic_begin(&m->io_lock);
+	if (!(excl & 1)) {
+		uint64_t eof = mapping_eof(m);
+		if (pos >= eof)
+			return 0;
+		size_t n = (size_t)MIN((uint64_t)len, eof - pos);
+		if (read_optimistic(m, buf, n, pos, stripe, &excl)) {
+			stat_add(&m->stats.io_bytes[stripe].read, n);
+			return (ssize_t)n;
+		}
+	}
+	return read_shared(m, buf, len, pos, stripe);
 }
