@@ -673,7 +673,11 @@ struct folio_engine_ops {
 	 * from its own threads. A negative return is reported by the
 	 * operation that was waiting (sync returns it); the library still
 	 * waits for its requests, calling wait() again after a growing pause
-	 * (up to 10 ms), since they point into its memory. */
+	 * (up to 10 ms), since they point into its memory. An engine whose
+	 * requests all complete from its own threads may use wait() only to
+	 * help (run a queued request in the waiting thread) and return
+	 * FOLIO_ENGINE_WAIT_IDLE when it found nothing to do: the library
+	 * then sleeps until a completion wakes it, as without wait(). */
 	int (*wait)(void *ctx);
 	/* Optional: called once by folio_engine_free(), last. */
 	void (*destroy)(void *ctx);
@@ -688,6 +692,11 @@ struct folio_engine_ops {
 	 * Unknown bits are -EINVAL at creation. */
 	uint64_t caps;
 };
+
+/* What struct folio_engine_ops.wait() may return when it reaped nothing
+ * and has nothing to reap: the requests in flight complete on their own
+ * (other positive values are taken as -EIO). */
+#define FOLIO_ENGINE_WAIT_IDLE 1
 
 /* struct folio_engine_ops.caps: submit() takes FOLIO_IO_DURABLE writes.
  * Without it a sync writes, waits, then calls flush(). With it, a flush()

@@ -77,9 +77,10 @@ static void note_thread(struct tio *t)
 }
 
 /*
- * The default: in direct mode submit() returns before the I/O, the
- * completion comes from an engine thread, and there is no wait(); on a
- * buffered descriptor the request completes inside submit().
+ * The default: in direct mode submit() returns before the I/O and the
+ * completion comes from an engine thread (or from a thread's wait(),
+ * test_wait_helps); on a buffered descriptor the request completes
+ * inside submit().
  */
 static void test_default_workers(void **state)
 {
@@ -94,7 +95,6 @@ static void test_default_workers(void **state)
 		struct folio_engine *e = NULL;
 		assert_int_equal(folio_engine_posix(&e, f.fd, direct
 				 ? FOLIO_ENGINE_DIRECT : 0), 0);
-		assert_null(e->ops.wait);
 		atomic_store(&on_main, 0);
 		struct tio t[N];
 		for (int i = 0; i < N; i++) {
@@ -106,12 +106,169 @@ static void test_default_workers(void **state)
 			if (!direct)
 				assert_int_equal(tio_done(&t[i]), 1);
 		}
-		wait_all(e, t, N);
+		/* Waiting without wait(): all from engine threads. */
+		for (int i = 0, polls = 0; i < N; i++)
+			while (!tio_done(&t[i])) {
+				assert_true(++polls < 1000000);
+				struct timespec ts = {0, 20000};
+				nanosleep(&ts, NULL);
+			}
 		for (int i = 0; i < N; i++)
 			assert_int_equal(atomic_load(&t[i].result), 4096);
 		assert_int_equal(atomic_load(&on_main), direct ? 0 : N);
 		assert_int_equal(folio_engine_free(e), 0);
 	}
+	tfile_close(&f);
+}
+
+/* Holds the only worker inside a completion until released. */
+static atomic_bool hold_worker, worker_held;
+
+static void hold_hook(struct tio *t)
+{
+	(void)t;
+	atomic_store(&worker_held, true);
+	while (atomic_load(&hold_worker)) {
+		struct timespec ts = {0, 100000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+/*
+ * wait() runs a queued request in the waiting thread: with the only
+ * worker held inside a completion, a second request stays queued, and
+ * the main thread's wait() writes it and completes it there. With
+ * nothing queued, wait() says it has nothing to do
+ * (FOLIO_ENGINE_WAIT_IDLE) and the held request completes from the
+ * worker once let go. Also on an inline engine, wait() has nothing.
+ */
+static void test_wait_helps(void **state)
+{
+	(void)state;
+	struct tfile f;
+	if (!tfile_open(&f, NULL))
+		return;
+	main_thread = pthread_self();
+	static _Alignas(4096) char a[4096], b[4096], chk[4096];
+	fill(a, sizeof(a), 11);
+	fill(b, sizeof(b), 12);
+	struct folio_engine *e = workers_new(f.fd, 1);
+	assert_non_null(e->ops.wait);
+	assert_int_equal(eng_wait(e), FOLIO_ENGINE_WAIT_IDLE);
+	atomic_store(&on_main, 0);
+	atomic_store(&hold_worker, true);
+	atomic_store(&worker_held, false);
+	struct tio ta, tb;
+	tio_prep(&ta, FOLIO_IO_WRITE, 0, a, sizeof(a), 1, 0);
+	ta.hook = hold_hook;
+	assert_int_equal(eng_submit(e, &ta), 0);
+	for (int polls = 0; !atomic_load(&worker_held); polls++) {
+		assert_true(polls < 1000000);
+		struct timespec ts = {0, 20000};
+		nanosleep(&ts, NULL);
+	}
+	tio_prep(&tb, FOLIO_IO_WRITE, 4096, b, sizeof(b), 1, 0);
+	tb.hook = note_thread;
+	assert_int_equal(eng_submit(e, &tb), 0);
+	assert_int_equal(tio_done(&tb), 0);
+	assert_int_equal(eng_wait(e), 0);
+	assert_int_equal(tio_done(&tb), 1);
+	assert_int_equal(atomic_load(&tb.result), 4096);
+	assert_int_equal(atomic_load(&on_main), 1);
+	assert_int_equal(pread(f.fd, chk, sizeof(chk), 4096), 4096);
+	assert_memory_equal(chk, b, sizeof(b));
+	/* Only the held one is in flight, on the worker. */
+	assert_int_equal(eng_wait(e), FOLIO_ENGINE_WAIT_IDLE);
+	assert_int_equal(tio_done(&ta), 0);
+	atomic_store(&hold_worker, false);
+	wait_all(e, &ta, 1);
+	assert_int_equal(atomic_load(&ta.result), 4096);
+	tio_free(&ta);
+	tio_free(&tb);
+	assert_int_equal(folio_engine_free(e), 0);
+
+	struct folio_engine *in = workers_new(f.fd, FOLIO_POSIX_INLINE);
+	assert_int_equal(eng_wait(in), FOLIO_ENGINE_WAIT_IDLE);
+	assert_int_equal(folio_engine_free(in), 0);
+	tfile_close(&f);
+}
+
+/* A thread's write that the main thread runs as a helper, and that
+ * thread's flush of it (test_flush_waits_for_helper). */
+struct helped {
+	struct folio_engine *e;
+	struct tio w;
+	atomic_bool submitted, running, finished, flush_saw_finished;
+};
+
+static void helped_hook(struct tio *t)
+{
+	struct helped *h = t->arg;
+	atomic_store(&h->running, true);
+	/* The flush must wait for this completion to return. */
+	struct timespec ts = {0, 20000000};
+	nanosleep(&ts, NULL);
+	atomic_store(&h->finished, true);
+}
+
+static void *helped_writer(void *arg)
+{
+	struct helped *h = arg;
+	assert_int_equal(eng_submit(h->e, &h->w), 0);
+	atomic_store(&h->submitted, true);
+	while (!atomic_load(&h->running)) {
+		struct timespec ts = {0, 20000};
+		nanosleep(&ts, NULL);
+	}
+	assert_int_equal(eng_flush(h->e), 0);
+	atomic_store(&h->flush_saw_finished, atomic_load(&h->finished));
+	return NULL;
+}
+
+/*
+ * A write another thread runs in its wait() is still that writer's
+ * write in flight: the writer's flush waits until its completion
+ * returned, as for one a worker runs (drains see helpers).
+ */
+static void test_flush_waits_for_helper(void **state)
+{
+	(void)state;
+	struct tfile f;
+	if (!tfile_open(&f, NULL))
+		return;
+	static _Alignas(4096) char a[4096], b[4096];
+	fill(a, sizeof(a), 21);
+	fill(b, sizeof(b), 22);
+	static struct helped h;
+	memset(&h, 0, sizeof(h));
+	h.e = workers_new(f.fd, 1);
+	atomic_store(&hold_worker, true);
+	atomic_store(&worker_held, false);
+	struct tio ta;
+	tio_prep(&ta, FOLIO_IO_WRITE, 0, a, sizeof(a), 1, 0);
+	ta.hook = hold_hook;
+	assert_int_equal(eng_submit(h.e, &ta), 0);
+	while (!atomic_load(&worker_held)) {
+		struct timespec ts = {0, 20000};
+		nanosleep(&ts, NULL);
+	}
+	tio_prep(&h.w, FOLIO_IO_WRITE, 4096, b, sizeof(b), 1, 0);
+	h.w.hook = helped_hook;
+	h.w.arg = &h;
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, helped_writer, &h), 0);
+	while (!atomic_load(&h.submitted)) {
+		struct timespec ts = {0, 20000};
+		nanosleep(&ts, NULL);
+	}
+	assert_int_equal(eng_wait(h.e), 0); /* runs the writer's write */
+	pthread_join(t, NULL);
+	assert_true(atomic_load(&h.flush_saw_finished));
+	atomic_store(&hold_worker, false);
+	wait_all(h.e, &ta, 1);
+	tio_free(&ta);
+	tio_free(&h.w);
+	assert_int_equal(folio_engine_free(h.e), 0);
 	tfile_close(&f);
 }
 
@@ -473,6 +630,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		FE_ALL_TESTS,
 		cmocka_unit_test(test_default_workers),
+		cmocka_unit_test(test_wait_helps),
+		cmocka_unit_test(test_flush_waits_for_helper),
 		ON_BOTH(test_many_in_flight),
 		cmocka_unit_test(test_chain),
 		cmocka_unit_test(test_truncate_waits),

@@ -224,7 +224,14 @@ int engine_wait_until(struct folio_engine *e, bool (*done)(void *arg),
 			sleep(arg, NULL);
 			continue;
 		}
-		int r = engine_result(e->ops.wait(e->ctx));
+		int r = e->ops.wait(e->ctx);
+		if (r == FOLIO_ENGINE_WAIT_IDLE) {
+			/* Its requests complete without it: no polling. */
+			if (!done(arg))
+				sleep(arg, NULL);
+			continue;
+		}
+		r = engine_result(r);
 		if (r) {
 			/* Report it, but keep waiting: the requests point
 			 * into folio memory and the waiter's stack, so

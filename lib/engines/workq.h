@@ -26,6 +26,14 @@ struct workq_worker {
 	struct workq_slot helping; /* what its completion runs in a drain */
 };
 
+/* A thread that is no worker running a queued request while it waits
+ * (engine_workq_help()): on the queue's list so that drains see it. */
+struct workq_helper {
+	struct workq_slot running;
+	unsigned thread; /* the helping thread's number (workq.c) */
+	struct workq_helper *next;
+};
+
 struct engine_workq {
 	pthread_mutex_t lock;
 	pthread_cond_t work_cv; /* queued work, or stop */
@@ -34,6 +42,7 @@ struct engine_workq {
 	size_t cap, head, len;
 	uint64_t seq; /* requests accepted so far */
 	struct workq_worker *workers;
+	struct workq_helper *helpers; /* threads in engine_workq_help() */
 	int max, started, idle;
 	unsigned waiters; /* threads sleeping on done_cv */
 	bool stop;
@@ -51,6 +60,14 @@ int engine_workq_init(struct engine_workq *q, int max, engine_workq_fn run,
  * refuses threads and none runs yet) the request is run right here,
  * which is still a completion. */
 int engine_workq_submit(struct engine_workq *q, struct folio_io *io);
+
+/* Run the oldest queued request in the calling thread, as a worker
+ * would, instead of letting it wait for one: a thread about to sleep
+ * for its requests does the I/O itself rather than pay two thread
+ * switches (the submitter's request going to a worker, the worker's
+ * completion waking it). True when it ran one; false when nothing was
+ * queued (what runs on workers completes from there). */
+bool engine_workq_help(struct engine_workq *q);
 
 /* Sleep until every request accepted before the call has finished (its
  * completion returned), except the one the calling worker runs. */
