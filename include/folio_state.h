@@ -810,8 +810,11 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  * other thread's. truncate() is ftruncate() (-EINVAL past
  * FOLIO_MAX_POS); with workers it first waits until every request
  * accepted before it has completed (a read submitted earlier still sees
- * the old contents). Both return -errno on failure. There is no wait():
- * requests complete on their own, so the library sleeps until they do.
+ * the old contents). Both return -errno on failure. wait() only helps:
+ * requests complete on their own, and a thread waiting for some runs the
+ * oldest still-queued request itself (completing it in that thread),
+ * or, with none queued, returns FOLIO_ENGINE_WAIT_IDLE and the library
+ * sleeps until its requests complete.
  *
  * Workers (the default in direct mode: up to 16; see
  * folio_posix_opts.workers): submit() queues
@@ -819,8 +822,8 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  * none idle (so at most as many as requests were in flight at once, and
  * none before the first request), take them in submission order, do the
  * I/O (and a durable write's fdatasync()) and complete them, so a
- * request completes on an engine thread, possibly before submit()
- * returned; a request with nothing to transfer completes inside submit()
+ * request completes on an engine thread (or in a waiting thread's
+ * wait()), possibly before submit() returned; a request with nothing to transfer completes inside submit()
  * (a durable one after its fdatasync()). submit() then also fails with
  * -ESHUTDOWN while the engine is
  * being freed, and -ENOMEM when the queue cannot grow. Where no thread
