@@ -823,8 +823,9 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  * none before the first request), take them in submission order, do the
  * I/O (and a durable write's fdatasync()) and complete them, so a
  * request completes on an engine thread (or in a waiting thread's
- * wait()), possibly before submit() returned; a request with nothing to transfer completes inside submit()
- * (a durable one after its fdatasync()). submit() then also fails with
+ * wait()), possibly before submit() returned; a request with nothing to
+ * transfer completes inside submit() (a durable one after its
+ * fdatasync()). submit() then also fails with
  * -ESHUTDOWN while the engine is
  * being freed, and -ENOMEM when the queue cannot grow. Where no thread
  * can be started at all, requests run inside submit() as inline.

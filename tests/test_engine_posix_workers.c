@@ -121,6 +121,16 @@ static void test_default_workers(void **state)
 	tfile_close(&f);
 }
 
+/* Poll until *flag is `want`, failing after about 20 s. */
+static void await_flag(atomic_bool *flag, bool want)
+{
+	for (int polls = 0; atomic_load(flag) != want; polls++) {
+		assert_true(polls < 1000000);
+		struct timespec ts = {0, 20000};
+		nanosleep(&ts, NULL);
+	}
+}
+
 /* Holds the only worker inside a completion until released. */
 static atomic_bool hold_worker, worker_held;
 
@@ -128,10 +138,20 @@ static void hold_hook(struct tio *t)
 {
 	(void)t;
 	atomic_store(&worker_held, true);
-	while (atomic_load(&hold_worker)) {
-		struct timespec ts = {0, 100000};
-		nanosleep(&ts, NULL);
-	}
+	await_flag(&hold_worker, false);
+}
+
+/* Submit *t, a write of buf at 0, whose completion holds e's only worker
+ * until hold_worker is cleared; return once it holds it. */
+static void hold_only_worker(struct folio_engine *e, struct tio *t,
+			     char *buf, size_t len)
+{
+	atomic_store(&hold_worker, true);
+	atomic_store(&worker_held, false);
+	tio_prep(t, FOLIO_IO_WRITE, 0, buf, len, 1, 0);
+	t->hook = hold_hook;
+	assert_int_equal(eng_submit(e, t), 0);
+	await_flag(&worker_held, true);
 }
 
 /*
@@ -156,17 +176,8 @@ static void test_wait_helps(void **state)
 	assert_non_null(e->ops.wait);
 	assert_int_equal(eng_wait(e), FOLIO_ENGINE_WAIT_IDLE);
 	atomic_store(&on_main, 0);
-	atomic_store(&hold_worker, true);
-	atomic_store(&worker_held, false);
 	struct tio ta, tb;
-	tio_prep(&ta, FOLIO_IO_WRITE, 0, a, sizeof(a), 1, 0);
-	ta.hook = hold_hook;
-	assert_int_equal(eng_submit(e, &ta), 0);
-	for (int polls = 0; !atomic_load(&worker_held); polls++) {
-		assert_true(polls < 1000000);
-		struct timespec ts = {0, 20000};
-		nanosleep(&ts, NULL);
-	}
+	hold_only_worker(e, &ta, a, sizeof(a));
 	tio_prep(&tb, FOLIO_IO_WRITE, 4096, b, sizeof(b), 1, 0);
 	tb.hook = note_thread;
 	assert_int_equal(eng_submit(e, &tb), 0);
@@ -216,10 +227,7 @@ static void *helped_writer(void *arg)
 	struct helped *h = arg;
 	assert_int_equal(eng_submit(h->e, &h->w), 0);
 	atomic_store(&h->submitted, true);
-	while (!atomic_load(&h->running)) {
-		struct timespec ts = {0, 20000};
-		nanosleep(&ts, NULL);
-	}
+	await_flag(&h->running, true);
 	assert_int_equal(eng_flush(h->e), 0);
 	atomic_store(&h->flush_saw_finished, atomic_load(&h->finished));
 	return NULL;
@@ -242,25 +250,14 @@ static void test_flush_waits_for_helper(void **state)
 	static struct helped h;
 	memset(&h, 0, sizeof(h));
 	h.e = workers_new(f.fd, 1);
-	atomic_store(&hold_worker, true);
-	atomic_store(&worker_held, false);
 	struct tio ta;
-	tio_prep(&ta, FOLIO_IO_WRITE, 0, a, sizeof(a), 1, 0);
-	ta.hook = hold_hook;
-	assert_int_equal(eng_submit(h.e, &ta), 0);
-	while (!atomic_load(&worker_held)) {
-		struct timespec ts = {0, 20000};
-		nanosleep(&ts, NULL);
-	}
+	hold_only_worker(h.e, &ta, a, sizeof(a));
 	tio_prep(&h.w, FOLIO_IO_WRITE, 4096, b, sizeof(b), 1, 0);
 	h.w.hook = helped_hook;
 	h.w.arg = &h;
 	pthread_t t;
 	assert_int_equal(pthread_create(&t, NULL, helped_writer, &h), 0);
-	while (!atomic_load(&h.submitted)) {
-		struct timespec ts = {0, 20000};
-		nanosleep(&ts, NULL);
-	}
+	await_flag(&h.submitted, true);
 	assert_int_equal(eng_wait(h.e), 0); /* runs the writer's write */
 	pthread_join(t, NULL);
 	assert_true(atomic_load(&h.flush_saw_finished));

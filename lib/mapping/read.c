@@ -26,6 +26,14 @@ struct read_slot {
  * its lock rather than copy over and over. */
 #define READ_OPTIMISTIC_TRIES 3
 
+/* The bytes of a read of `want` at pos that lie below EOF as of now. */
+static inline size_t read_len(struct folio_mapping *m, uint64_t pos,
+			      size_t want)
+{
+	uint64_t eof = mapping_eof(m);
+	return pos >= eof ? 0 : (size_t)MIN((uint64_t)want, eof - pos);
+}
+
 /* read_optimistic()'s copy again, after its first one failed to
  * validate: out of line, so that the first one's frame stays small. */
 static __attribute__((noinline)) size_t
@@ -163,16 +171,16 @@ static size_t read_locked(struct folio_mapping *m, unsigned char *buf,
  * folio lock), until a folio is missing, busy or not uptodate there: no
  * request, no io_group, no engine. Returns the bytes copied; the caller
  * does the rest the ordinary way, which waits for busy folios. Caller
- * holds io_lock shared, has clamped len to EOF and copied `done` bytes
- * already (the first folio's optimistic copy is inline in
- * folio_mapping_read(), without io_lock: most reads end there, and out
- * here the loop's state does not crowd it). The write fast path (write.c) is the locked
- * loop copying the other way.
+ * holds io_lock shared and has clamped len to EOF (a read one folio
+ * serves whole ends before, in folio_mapping_read(), without io_lock).
+ * The write fast path (write.c) is the locked loop copying the other
+ * way.
  */
 static __attribute__((noinline)) size_t
 read_cached(struct folio_mapping *m, unsigned char *buf, size_t len,
-	    uint64_t pos, size_t done, unsigned stripe)
+	    uint64_t pos, unsigned stripe)
 {
+	size_t done = 0;
 	while (done < len) {
 		size_t n = read_optimistic(m, buf + done, len - done,
 					   pos + done, stripe, NULL);
@@ -197,7 +205,6 @@ read_uncached(struct folio_mapping *m, unsigned char *dst, size_t len,
 	      uint64_t pos, size_t want, size_t done)
 {
 	int err = 0;
-	uint64_t eof;
 	struct mapping_cache_credit credit = {0, 0};
 	/* Readahead (readahead.c) learns from every read the cache could
 	 * not serve, and may start reading beyond it before the read itself
@@ -264,9 +271,7 @@ read_uncached(struct folio_mapping *m, unsigned char *dst, size_t len,
 			brlock_read_lock(&m->io_lock);
 			/* A truncate may have come in between: never read
 			 * past the EOF of now. */
-			eof = mapping_eof(m);
-			uint64_t end = MIN(pos + want, MAX(eof, pos));
-			len = (size_t)MAX(end - pos, (uint64_t)done);
+			len = MAX(read_len(m, pos, want), done);
 		}
 	}
 	brlock_read_unlock(&m->io_lock);
@@ -286,9 +291,8 @@ read_shared(struct folio_mapping *m, unsigned char *buf, size_t want,
 	    uint64_t pos, unsigned stripe)
 {
 	brlock_read_lock_at(&m->io_lock, stripe);
-	uint64_t eof = mapping_eof(m);
-	size_t len = pos >= eof ? 0 : (size_t)MIN((uint64_t)want, eof - pos);
-	size_t done = len ? read_cached(m, buf, len, pos, 0, stripe) : 0;
+	size_t len = read_len(m, pos, want);
+	size_t done = len ? read_cached(m, buf, len, pos, stripe) : 0;
 	if (done < len)
 		return read_uncached(m, buf, len, pos, want, done);
 	brlock_read_unlock_at(&m->io_lock, stripe);
@@ -317,10 +321,9 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 	 */
 	unsigned excl = brlock_optimistic_begin(&m->io_lock);
 	if (!(excl & 1)) {
-		uint64_t eof = mapping_eof(m);
-		if (pos >= eof)
+		size_t n = read_len(m, pos, len);
+		if (!n)
 			return 0;
-		size_t n = (size_t)MIN((uint64_t)len, eof - pos);
 		if (read_optimistic(m, buf, n, pos, stripe, &excl)) {
 			stat_add(&m->stats.io_bytes[stripe].read, n);
 			return (ssize_t)n;
