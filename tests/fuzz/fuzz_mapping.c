@@ -637,6 +637,38 @@ static void drop_bookkeeping(struct world *w)
 		}
 }
 
+/*
+ * The engine's flush calls (f0, f1] ran during one call of the library:
+ * what the device kept and lost. Returns true when one of them failed.
+ *
+ * A failed flush loses what the store took since the last good flush.
+ * When one of this call's flushes succeeded before the failure (a sync's
+ * durable write barrier then its flush, or a direct write that first
+ * flushed a pending truncate and then lost its own barrier), what the
+ * store took before the good one is durable and a device does not lose
+ * it at the next failure. Which bytes came after it depends on
+ * completion order, so none is known to be unflushed and none is lost;
+ * the direct write's own bytes become unknown either way.
+ */
+static bool flushes_ran(struct world *w, uint64_t f0, uint64_t f1)
+{
+	uint64_t last_fail = flush_last_faulted(w, f0, f1);
+	if (!last_fail) {
+		if (f1 > f0) {
+			memset(mod_flush, 0, (size_t)hwm);
+			memset(mod_direct, 0, (size_t)hwm);
+		}
+		return false;
+	}
+	lose_direct();
+	if (flush_any_succeeded(w, f0, last_fail - 1))
+		memset(mod_flush, 0, (size_t)hwm);
+	else if (!(w->mflags & FOLIO_MAPPING_DROP_ON_ERROR) &&
+		 !KNOWN_BUG('f'))
+		lose_unflushed(w);
+	return true;
+}
+
 static folio_errseq_t *cursor_of(struct world *w, unsigned c)
 {
 	return c ? &w->cursor : NULL;
@@ -660,30 +692,12 @@ static int do_sync(struct world *w, unsigned c)
 		w->redo_may_be_owed = true;
 	else if (!r)
 		w->redo_may_be_owed = false;
-	uint64_t last_fail = flush_last_faulted(w, a.flushes, b.flushes);
-	bool ffail = last_fail != 0;
+	bool ffail = flushes_ran(w, a.flushes, b.flushes);
 	CHECK(w, !(r == 0 && ffail), "sync returned 0 but its flush failed");
-	if (!ffail && b.flushes > a.flushes) {
-		memset(mod_flush, 0, (size_t)hwm);
-		memset(mod_direct, 0, (size_t)hwm);
-	}
-	if (ffail)
-		lose_direct();
 	if (r == 0) {
 		verify_store(w, "store after sync");
 		if (b.faults == a.faults && a.inflight == 0)
 			memset(mod_sync, 0, (size_t)hwm);
-	} else if (ffail && flush_any_succeeded(w, a.flushes, last_fail - 1)) {
-		/* A flush of this sync succeeded before one failed (a durable
-		 * write's barrier, then the flush for writes that completed
-		 * after it): what completed before the good one is durable,
-		 * and a device does not lose it at the next failure. Which
-		 * bytes those were depends on completion order, so none is
-		 * known to be unflushed now and none is lost. */
-		memset(mod_flush, 0, (size_t)hwm);
-	} else if (ffail && !(w->mflags & FOLIO_MAPPING_DROP_ON_ERROR) &&
-		   !KNOWN_BUG('f')) {
-		lose_unflushed(w);
 	}
 	w->faults_at_sync[c] = b.faults;
 	return r;
@@ -1020,16 +1034,7 @@ static void op_write_direct(struct world *w, struct input *in)
 		if (pos + done < end)
 			model_any(pos + done, end);
 	}
-	bool ffail = flush_last_faulted(w, a.flushes, b.flushes) != 0;
-	if (ffail) {
-		lose_direct();
-		if (!(w->mflags & FOLIO_MAPPING_DROP_ON_ERROR) &&
-		    !KNOWN_BUG('f'))
-			lose_unflushed(w);
-	} else if (b.flushes > a.flushes) {
-		memset(mod_flush, 0, (size_t)hwm);
-		memset(mod_direct, 0, (size_t)hwm);
-	}
+	(void)flushes_ran(w, a.flushes, b.flushes);
 }
 
 static void op_read_direct(struct world *w, struct input *in)
