@@ -545,6 +545,59 @@ static void test_dsync_after_settle_flush_fails(void **state)
 }
 
 /*
+ * A direct write past EOF that the store applied but reported failed (a
+ * remote store that lost the reply) grew the store all the same: the
+ * library must cut it back to EOF, so that store and mapping end at the
+ * same place (found by the fuzzer). When that cut fails too, it is owed:
+ * the next sync redoes it before it can succeed.
+ */
+static void test_failed_extending_write_landed(void **state)
+{
+	(void)state;
+	for (int cut_fails = 0; cut_fails < 2; cut_fails++) {
+		struct folio_engine *e;
+		struct folio_mapping *m = setup(&e, 16 * KIB, 0);
+		unsigned char *d = abuf(8 * BS);
+		fill(d, 8 * BS, 71);
+		struct folio_mem_fault f = {.sz = sizeof(f),
+					    .ops = FOLIO_MEM_OP_WRITE,
+					    .count = 1,
+					    .error = -ENOMEM,
+					    .flags = FOLIO_MEM_FAULT_APPLIED};
+		assert_int_equal(folio_engine_mem_inject(e, &f), 0);
+		struct folio_mem_fault t = {.sz = sizeof(t),
+					    .ops = FOLIO_MEM_OP_TRUNCATE,
+					    .count = 1,
+					    .error = -EIO};
+		if (cut_fails)
+			assert_int_equal(folio_engine_mem_inject(e, &t), 0);
+		assert_int_equal(folio_mapping_write_direct(m, d, 8 * BS,
+							    16 * KIB, 0),
+				 -ENOMEM);
+		assert_int_equal(folio_mapping_size(m), 16 * KIB);
+		if (!cut_fails) {
+			assert_int_equal(test_mem_stats(e).size, 16 * KIB);
+		} else {
+			/* The store still holds the write; reads past EOF
+			 * must not see it. */
+			assert_int_equal(test_mem_stats(e).size, 48 * KIB);
+		}
+		assert_true(folio_mapping_sync(m, NULL) < 0);
+		assert_int_equal(folio_mapping_sync(m, NULL), 0);
+		assert_int_equal(test_mem_stats(e).size, 16 * KIB);
+		unsigned char init[16 * KIB];
+		fill(init, sizeof(init), 0);
+		expect_store(e, init, sizeof(init), 0);
+		/* Growing EOF again shows zeros, not the lost write. */
+		assert_int_equal(folio_mapping_truncate(m, 48 * KIB), 0);
+		unsigned char zero[8 * BS] = {0};
+		expect_buffered(m, zero, sizeof(zero), 16 * KIB);
+		free(d);
+		test_close(m, e);
+	}
+}
+
+/*
  * A flush of the engine fails (another mapping's sync) while a direct
  * write is in flight: the write may have been dropped, and the library
  * has no copy, so it fails with -EIO and records it. An engine of our own
@@ -1016,6 +1069,7 @@ int main(void)
 		cmocka_unit_test(test_failing_and_short),
 		cmocka_unit_test(test_pending_truncate_settled),
 		cmocka_unit_test(test_dsync_after_settle_flush_fails),
+		cmocka_unit_test(test_failed_extending_write_landed),
 		cmocka_unit_test(test_flush_failure_in_flight),
 		cmocka_unit_test(test_model),
 		cmocka_unit_test(test_threads_race),

@@ -211,6 +211,30 @@ void mapping_resize_owed(struct folio_mapping *m, uint64_t size)
 		atomic_store(&m->size.stale_from, size);
 }
 
+/*
+ * A write that failed may have landed all the same (a remote store that
+ * lost the reply), past `eof` too: the store would keep bytes the mapping
+ * does not hold, and show them once EOF grows again (or to the next user
+ * of the store). Cut it at `eof`. When the cut fails, it is owed: reads
+ * zero-fill from there, and the next flush redoes it before it can
+ * succeed. Used after a discard lowered EOF and after a failed direct
+ * write. Caller holds io_lock exclusively.
+ */
+void mapping_cut_landed_writes(struct folio_mapping *m, uint64_t eof)
+{
+	if (atomic_load(&m->size.landed_maybe) <= eof)
+		return;
+	int r = engine_truncate(m->engine, eof);
+	if (r) {
+		mapping_resize_owed(m, eof);
+		errseq_record(m, r);
+		return;
+	}
+	atomic_store(&m->size.backing, eof);
+	atomic_store(&m->size.landed_maybe, 0);
+	mapping_resize_unstable(m, eof);
+}
+
 /* Whether a resize no successful flush has covered is pending, and the
  * smallest size it cut to. */
 static bool resize_is_pending(struct folio_mapping *m, uint64_t *low)

@@ -21,6 +21,11 @@ void mapping_resize_unstable(struct folio_mapping *m, uint64_t size);
  * succeed. Caller holds io_lock exclusively. */
 void mapping_resize_owed(struct folio_mapping *m, uint64_t size);
 
+/* A failed write may have landed past `eof` (size.landed_maybe): cut the
+ * store there, or owe the cut (commit.c). Caller holds io_lock
+ * exclusively. */
+void mapping_cut_landed_writes(struct folio_mapping *m, uint64_t eof);
+
 /* Is a resize no flush has covered yet pending with a cut below `end`?
  * A failed flush then redoes it by cutting the store there (commit.c):
  * what was written above since must be in the cache to be rewritten,

@@ -126,28 +126,6 @@ static uint64_t eof_after_discard(struct folio_mapping *m, uint64_t pos)
 	return MAX(backing, MIN(data_end, pos));
 }
 
-/*
- * A write that failed may have landed past the new EOF all the same: the
- * store would keep bytes the discard threw away, and show them once EOF
- * grows again (or to the next user of the store). Cut it there. When the
- * cut fails, it is owed (commit.c): reads zero-fill from there, and the
- * next flush redoes it before it can succeed. io_lock held exclusively.
- */
-static void cut_landed_writes(struct folio_mapping *m, uint64_t eof)
-{
-	if (atomic_load(&m->size.landed_maybe) <= eof)
-		return;
-	int r = engine_truncate(m->engine, eof);
-	if (r) {
-		mapping_resize_owed(m, eof);
-		errseq_record(m, r);
-		return;
-	}
-	atomic_store(&m->size.backing, eof);
-	atomic_store(&m->size.landed_maybe, 0);
-	mapping_resize_unstable(m, eof);
-}
-
 int folio_mapping_invalidate(struct folio_mapping *m, uint64_t pos,
 			     uint64_t len, unsigned flags)
 {
@@ -206,7 +184,7 @@ int folio_mapping_invalidate(struct folio_mapping *m, uint64_t pos,
 			shrink_cache(m, new_eof);
 			mapping_extents_forget(&m->direct, new_eof);
 			atomic_store(&m->size.eof, new_eof);
-			cut_landed_writes(m, new_eof);
+			mapping_cut_landed_writes(m, new_eof);
 		}
 	}
 	brlock_write_unlock(&m->io_lock);
