@@ -87,8 +87,9 @@ static inline void brlock_read_unlock_at(struct brlock *l, unsigned stripe)
 
 /*
  * The optimistic read side, a seqcount over exclusive holds. Begin
- * returns a token; an odd one means a writer holds or wants the lock,
- * and the caller takes the read side instead. brlock_optimistic_valid()
+ * stores a token and returns false when a writer holds or wants the
+ * lock: the caller then takes the read side instead (the token is still
+ * one no later check accepts once that hold ends). brlock_optimistic_valid()
  * then says whether no exclusive hold began since the token was taken.
  * It sees every hold whose effects the caller's reads in between could
  * have observed, provided the caller observed them through acquire loads
@@ -99,10 +100,12 @@ static inline void brlock_read_unlock_at(struct brlock *l, unsigned stripe)
  * 2^31 exclusive holds: a reader that stays between the two calls that
  * long is not a case this lock serves.
  */
-static inline unsigned brlock_optimistic_begin(const struct brlock *l)
+static inline bool brlock_optimistic_begin(const struct brlock *l,
+					   unsigned *token)
 {
-	return atomic_load_explicit(&((struct brlock *)l)->writer,
-				    memory_order_acquire);
+	*token = atomic_load_explicit(&((struct brlock *)l)->writer,
+				      memory_order_acquire);
+	return !(*token & 1);
 }
 
 static inline bool brlock_optimistic_valid(const struct brlock *l,

@@ -96,8 +96,8 @@ static inline size_t read_span(const struct folio *f, size_t off, size_t len,
  * version did not move meanwhile. Returns the bytes copied, 0 when the
  * locked path must decide (missing, busy, partly uptodate, a readahead
  * mark to take, a writer that kept changing it). The caller holds io_lock
- * shared (excl NULL), or holds nothing and passes io_lock's even token
- * (brlock_optimistic_begin()) taken before it loaded EOF: then the copy is
+ * shared (excl NULL), or holds nothing and passes the io_lock token
+ * that brlock_optimistic_begin() gave it before it loaded EOF: then the copy is
  * all of len or nothing, and it is not retried here.
  */
 static inline __attribute__((always_inline)) size_t
@@ -319,8 +319,8 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 	 * folio's version is, says whether one could have been seen. A read
 	 * wholly within one cached folio ends here.
 	 */
-	unsigned excl = brlock_optimistic_begin(&m->io_lock);
-	if (!(excl & 1)) {
+	unsigned excl;
+	if (brlock_optimistic_begin(&m->io_lock, &excl)) {
 		size_t n = read_len(m, pos, len);
 		if (!n)
 			return 0;
