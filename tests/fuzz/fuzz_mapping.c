@@ -141,8 +141,10 @@ struct world {
 	/* A sync failed while truncate faults were armed: its redo of a
 	 * lost resize may have failed too, and the next flush round then
 	 * redoes it and fails with -EIO by design, with no fault of its
-	 * own (commit.c, run_flush()). */
-	bool truncate_faults, redo_may_be_owed;
+	 * own (commit.c, run_flush()). That -EIO is recorded like any
+	 * error, so each cursor that has not looked since may see it: per
+	 * cursor, cleared when that cursor's own sync returns 0. */
+	bool truncate_faults, redo_may_be_owed[2];
 	uint64_t rng;
 	unsigned op; /* index of the current operation */
 	const char *opname;
@@ -684,14 +686,14 @@ static int do_sync(struct world *w, unsigned c)
 	CHECK(w, r <= 0 && r >= -4095, "sync returned %d", r);
 	CHECK(w,
 	      r == 0 || b.faults > w->faults_at_sync[c] ||
-		      (r == -EIO && w->redo_may_be_owed),
+		      (r == -EIO && w->redo_may_be_owed[c]),
 	      "sync failed (%d) without any fault since this cursor's last "
 	      "sync",
 	      r);
 	if (r && w->truncate_faults)
-		w->redo_may_be_owed = true;
+		w->redo_may_be_owed[0] = w->redo_may_be_owed[1] = true;
 	else if (!r)
-		w->redo_may_be_owed = false;
+		w->redo_may_be_owed[c] = false;
 	bool ffail = flushes_ran(w, a.flushes, b.flushes);
 	CHECK(w, !(r == 0 && ffail), "sync returned 0 but its flush failed");
 	if (r == 0) {
