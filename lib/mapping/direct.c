@@ -52,8 +52,6 @@ struct direct_rq {
 struct direct_out {
 	size_t done;         /* bytes from the start done, in order */
 	uint64_t stored_end; /* end of the furthest bytes the store took */
-	uint64_t landed_end; /* end of the furthest failed write, which may
-			      * have landed all the same */
 	int err;             /* the first failure, in order */
 	bool stopped;        /* short or failed: nothing more is sent */
 	bool not_durable;    /* a durable write not made durable in full */
@@ -238,9 +236,11 @@ static void direct_batch(struct folio_mapping *m, enum folio_io_op op,
 		bool write = op == FOLIO_IO_WRITE;
 		if (write && good)
 			out->stored_end = MAX(out->stored_end, p[i].pos + good);
+		/* A failed write may have landed all the same, as in
+		 * writeback (wb_end_io()). */
 		if (write && res < 0)
-			out->landed_end =
-				MAX(out->landed_end, p[i].pos + p[i].len);
+			mapping_size_raise(&m->size.landed_maybe,
+					   p[i].pos + p[i].len);
 		if (out->stopped)
 			continue;
 		int err = res < 0 ? (int)res : d->base.barrier_error;
@@ -476,7 +476,6 @@ ssize_t folio_mapping_write_direct(struct folio_mapping *m, const void *buf,
 		 * same: cut it back, so that it ends where the mapping does.
 		 * (Below EOF a failed piece's blocks read as whatever the
 		 * store holds, as after any failed write.) */
-		mapping_size_raise(&m->size.landed_maybe, out.landed_end);
 		mapping_cut_landed_writes(m, mapping_eof(m));
 		out.err = grow_store_to_eof(m, out.err);
 	}
