@@ -561,12 +561,27 @@ struct folio_extent {
  */
 #define FOLIO_IO_DURABLE 0x100u
 
+/*
+ * Request flag (struct folio_io.flags), a hint: the submitting thread
+ * waits for this request next (a sync's writes, a read the caller needs,
+ * a direct transfer), calling the engine's wait() before it sleeps. An
+ * engine that runs requests on its own threads and whose wait() can run
+ * a queued request in the waiting thread may leave such a request queued
+ * rather than wake a thread for it: it saves a wakeup and a thread switch
+ * per lone request. Only to engines that advertise
+ * FOLIO_ENGINE_CAP_WAITED; anything else in the engine (another thread's
+ * wait, a flush, a truncate, freeing the engine) must still get the
+ * request done without that waiter. Readahead and background writeback
+ * never carry it: nobody waits for them yet.
+ */
+#define FOLIO_IO_WAITED 0x200u
+
 /** One I/O request. Built by the library; the engine reads every field and
  * may use @engine_data freely until it calls folio_io_complete(). */
 struct folio_io {
 	enum folio_io_op op;
 	uint32_t flags;       /* FOLIO_EXTENT_* of the extent it lies in,
-			       * and FOLIO_IO_DURABLE */
+			       * FOLIO_IO_DURABLE and FOLIO_IO_WAITED */
 	uint64_t pos;         /* object (file) position */
 	uint64_t dev_pos;     /* device position (== pos without map()) */
 	size_t len;           /* total bytes = sum of iov lengths */
@@ -706,6 +721,10 @@ struct folio_engine_ops {
  * when the engine has one, so they must complete through wait() or on
  * their own, not only on something the flushing thread does later. */
 #define FOLIO_ENGINE_CAP_DURABLE 0x1u
+
+/* struct folio_engine_ops.caps: submit() takes the FOLIO_IO_WAITED hint.
+ * Without it requests never carry the flag. */
+#define FOLIO_ENGINE_CAP_WAITED 0x2u
 
 struct folio_engine;
 

@@ -1076,7 +1076,7 @@ void fe_test_durable(void **state)
 		tio_prep(&b, FOLIO_IO_WRITE, 0, in, 512, 1, 0);
 		b.rq.io.flags = 0x80000000u;
 		check_refused(e, &b);
-		b.rq.io.flags = FOLIO_IO_DURABLE | 0x200u;
+		b.rq.io.flags = FOLIO_IO_DURABLE | 0x400u;
 		check_refused(e, &b);
 		if (e->ops.wait)
 			assert_wait_nothing(e); /* nothing in flight */

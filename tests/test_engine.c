@@ -308,7 +308,7 @@ static void test_caps_bad_input(void **state)
 	struct fake f = {0};
 	struct folio_engine *e = NULL;
 	struct folio_engine_ops ops = fake_ops;
-	ops.caps = 0x2;
+	ops.caps = 0x4;
 	assert_int_equal(folio_engine_new(&e, &ops, &f), -EINVAL);
 	ops.caps = ~(uint64_t)0;
 	assert_int_equal(folio_engine_new(&e, &ops, &f), -EINVAL);
@@ -436,6 +436,85 @@ static void test_durable_sync(void **state)
 	test_close(m, e);
 }
 
+/* Counts the requests of each op that carried FOLIO_IO_WAITED. */
+struct wfake {
+	struct fake base;
+	int waited[2], plain[2]; /* by op: [FOLIO_IO_READ], [FOLIO_IO_WRITE] */
+};
+
+static int wfake_submit(void *ctx, struct folio_io *io)
+{
+	struct wfake *w = ctx;
+	int op = io->op == FOLIO_IO_WRITE;
+	if (io->flags & FOLIO_IO_WAITED)
+		w->waited[op]++;
+	else
+		w->plain[op]++;
+	return fake_submit(&w->base, io);
+}
+
+/*
+ * Which requests carry the FOLIO_IO_WAITED hint: those whose submitter
+ * waits for them next (a sync's writes, reads a read or write needs, a
+ * direct transfer), never readahead or a writeback that does not wait,
+ * and nothing at all to an engine that does not take the hint.
+ */
+static void test_waited_hint(void **state)
+{
+	(void)state;
+	for (int cap = 0; cap < 2; cap++) {
+		struct wfake w = {0};
+		struct folio_engine_ops ops = fake_ops;
+		ops.submit = wfake_submit;
+		ops.destroy = NULL;
+		ops.caps = cap ? FOLIO_ENGINE_CAP_WAITED : 0;
+		struct folio_engine *e;
+		assert_int_equal(folio_engine_new(&e, &ops, &w), 0);
+		struct folio_mapping_opts o = {.sz = sizeof(o), .engine = e,
+					       .size = 65536,
+					       .max_folio_size = 4096,
+					       .flags = FOLIO_MAPPING_NO_READAHEAD};
+		struct folio_mapping *m;
+		assert_int_equal(folio_mapping_new(&m, &o), 0);
+		static _Alignas(4096) unsigned char buf[4096];
+		memset(buf, 0x5a, sizeof(buf));
+		int *hinted = cap ? w.waited : w.plain;
+
+		/* A write of part of a block reads the block first. */
+		assert_int_equal(folio_mapping_write(m, buf, 100, 4096), 100);
+		assert_int_equal(hinted[0], 1);
+		assert_int_equal(w.waited[0] + w.plain[0], 1);
+		/* A read that misses. */
+		assert_int_equal(folio_mapping_read(m, buf, 4096, 8192), 4096);
+		assert_int_equal(hinted[0], 2);
+		/* Readahead: nobody waits for it yet. */
+		int plain_reads = w.plain[0];
+		assert_int_equal(folio_mapping_readahead(m, 16384, 8192), 0);
+		assert_true(w.plain[0] > plain_reads);
+		assert_int_equal(w.waited[0], cap ? 2 : 0);
+		plain_reads = w.plain[0];
+
+		/* Writeback that does not wait, then a sync. */
+		struct folio_writeback_opts wo = {.sz = sizeof(wo)};
+		assert_int_equal(folio_mapping_writeback(m, &wo), 4096);
+		assert_int_equal(w.plain[1], 1);
+		assert_int_equal(folio_mapping_write(m, buf, 4096, 0), 4096);
+		assert_int_equal(folio_mapping_sync(m, NULL), 0);
+		assert_int_equal(hinted[1], cap ? 1 : 2);
+		/* Direct transfers wait for their requests. */
+		assert_int_equal(folio_mapping_write_direct(m, buf, 4096, 32768,
+							    0),
+				 4096);
+		assert_int_equal(folio_mapping_read_direct(m, buf, 4096, 32768),
+				 4096);
+		assert_int_equal(w.waited[1], cap ? 2 : 0);
+		assert_int_equal(w.waited[0], cap ? 3 : 0);
+		assert_int_equal(w.plain[1], cap ? 1 : 3);
+		assert_int_equal(w.plain[0], plain_reads + (cap ? 0 : 1));
+		test_close(m, e);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -447,6 +526,7 @@ int main(void)
 		cmocka_unit_test(test_wait_error),
 		cmocka_unit_test(test_caps_bad_input),
 		cmocka_unit_test(test_durable_sync),
+		cmocka_unit_test(test_waited_hint),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

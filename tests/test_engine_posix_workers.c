@@ -9,6 +9,7 @@
  * several threads submitting, flushing and truncating at once (suite
  * 'threads', run under TSan).
  */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -76,6 +77,17 @@ static void note_thread(struct tio *t)
 		atomic_fetch_add(&on_main, 1);
 }
 
+/* Poll until t completed, without calling wait(): it must complete on
+ * an engine thread. Fails after about 20 s. */
+static void await_done(struct tio *t)
+{
+	for (int polls = 0; !tio_done(t); polls++) {
+		assert_true(polls < 1000000);
+		struct timespec ts = {0, 20000};
+		nanosleep(&ts, NULL);
+	}
+}
+
 /*
  * The default: in direct mode submit() returns before the I/O and the
  * completion comes from an engine thread (or from a thread's wait(),
@@ -107,12 +119,8 @@ static void test_default_workers(void **state)
 				assert_int_equal(tio_done(&t[i]), 1);
 		}
 		/* Waiting without wait(): all from engine threads. */
-		for (int i = 0, polls = 0; i < N; i++)
-			while (!tio_done(&t[i])) {
-				assert_true(++polls < 1000000);
-				struct timespec ts = {0, 20000};
-				nanosleep(&ts, NULL);
-			}
+		for (int i = 0; i < N; i++)
+			await_done(&t[i]);
 		for (int i = 0; i < N; i++)
 			assert_int_equal(atomic_load(&t[i].result), 4096);
 		assert_int_equal(atomic_load(&on_main), direct ? 0 : N);
@@ -201,6 +209,124 @@ static void test_wait_helps(void **state)
 	struct folio_engine *in = workers_new(f.fd, FOLIO_POSIX_INLINE);
 	assert_int_equal(eng_wait(in), FOLIO_ENGINE_WAIT_IDLE);
 	assert_int_equal(folio_engine_free(in), 0);
+	tfile_close(&f);
+}
+
+/* Count of the engine's threads: the process's, less those it had. */
+static int threads_now(void)
+{
+	int n = 0;
+	DIR *d = opendir("/proc/self/task");
+	assert_non_null(d);
+	for (struct dirent *de; (de = readdir(d));)
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* Prepare a FOLIO_IO_WAITED write of buf (4 KiB) at pos, noting whether
+ * it completes on the main thread. */
+static void waited_prep(struct tio *t, uint64_t pos, char *buf)
+{
+	tio_prep(t, FOLIO_IO_WRITE, pos, buf, 4096, 1, 0);
+	t->rq.io.flags = FOLIO_IO_WAITED;
+	t->hook = note_thread;
+}
+
+/* The written file at pos holds buf. */
+static void assert_file(struct tfile *f, uint64_t pos, const char *buf)
+{
+	static _Alignas(4096) char chk[4096];
+	assert_int_equal(pread(f->fd, chk, 4096, (off_t)pos), 4096);
+	assert_memory_equal(chk, buf, 4096);
+}
+
+/*
+ * FOLIO_IO_WAITED: a lone request its submitter is about to wait for is
+ * left for that thread's wait(), which runs it; no worker is woken or
+ * started for it. Every other way the queue moves still gets it done
+ * without that wait(): a second request queued behind it (which starts
+ * a worker), the submitter's flush() and truncate(), and freeing the
+ * engine.
+ */
+static void test_waited_hint(void **state)
+{
+	(void)state;
+	struct tfile f;
+	if (!tfile_open(&f, NULL))
+		return;
+	main_thread = pthread_self();
+	static _Alignas(4096) char buf[6][4096];
+	for (int i = 0; i < 6; i++)
+		fill(buf[i], 4096, (uint64_t)i + 31);
+	struct tio t[6];
+
+	/* Alone: queued, no thread started; wait() runs it here. */
+	int before = threads_now();
+	struct folio_engine *e = workers_new(f.fd, 2);
+	atomic_store(&on_main, 0);
+	waited_prep(&t[0], 0, buf[0]);
+	assert_int_equal(eng_submit(e, &t[0]), 0);
+	assert_int_equal(tio_done(&t[0]), 0);
+	assert_int_equal(threads_now(), before);
+	assert_int_equal(eng_wait(e), 0);
+	assert_int_equal(tio_done(&t[0]), 1);
+	assert_int_equal(atomic_load(&t[0].result), 4096);
+	assert_int_equal(atomic_load(&on_main), 1);
+	assert_int_equal(eng_wait(e), FOLIO_ENGINE_WAIT_IDLE);
+	assert_file(&f, 0, buf[0]);
+
+	/* A second request behind it starts a worker, which runs both
+	 * while nobody calls wait(). */
+	atomic_store(&on_main, 0);
+	waited_prep(&t[1], 4096, buf[1]);
+	waited_prep(&t[2], 8192, buf[2]);
+	assert_int_equal(eng_submit(e, &t[1]), 0);
+	assert_int_equal(eng_submit(e, &t[2]), 0);
+	await_done(&t[1]);
+	await_done(&t[2]);
+	assert_int_equal(atomic_load(&on_main), 0);
+	assert_true(threads_now() > before);
+
+	/* With its worker asleep (most likely by now), the submitter's
+	 * flush gets one left queued written by waking it. */
+	struct timespec settle = {0, 50000000};
+	nanosleep(&settle, NULL);
+	waited_prep(&t[3], 12288, buf[3]);
+	assert_int_equal(eng_submit(e, &t[3]), 0);
+	assert_int_equal(eng_flush(e), 0);
+	assert_int_equal(tio_done(&t[3]), 1);
+	assert_int_equal(folio_engine_free(e), 0);
+
+	/* With no worker yet, the submitter's flush and truncate start
+	 * one for a request left queued. */
+	for (int truncate = 0; truncate < 2; truncate++) {
+		e = workers_new(f.fd, 2);
+		waited_prep(&t[4], 16384, buf[4]);
+		assert_int_equal(eng_submit(e, &t[4]), 0);
+		assert_int_equal(tio_done(&t[4]), 0);
+		if (truncate)
+			assert_int_equal(eng_truncate(e, 65536), 0);
+		else
+			assert_int_equal(eng_flush(e), 0);
+		assert_int_equal(tio_done(&t[4]), 1);
+		assert_int_equal(folio_engine_free(e), 0);
+	}
+	for (int i = 1; i <= 4; i++) {
+		assert_int_equal(atomic_load(&t[i].result), 4096);
+		assert_file(&f, (uint64_t)i * 4096, buf[i]);
+	}
+
+	/* Freeing an engine that never started a worker completes it. */
+	e = workers_new(f.fd, 2);
+	waited_prep(&t[5], 20480, buf[5]);
+	assert_int_equal(eng_submit(e, &t[5]), 0);
+	assert_int_equal(tio_done(&t[5]), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	assert_int_equal(tio_done(&t[5]), 1);
+	assert_int_equal(atomic_load(&t[5].result), 4096);
+	assert_file(&f, 20480, buf[5]);
+	assert_int_equal(threads_now(), before);
 	tfile_close(&f);
 }
 
@@ -628,6 +754,7 @@ int main(void)
 		FE_ALL_TESTS,
 		cmocka_unit_test(test_default_workers),
 		cmocka_unit_test(test_wait_helps),
+		cmocka_unit_test(test_waited_hint),
 		cmocka_unit_test(test_flush_waits_for_helper),
 		ON_BOTH(test_many_in_flight),
 		cmocka_unit_test(test_chain),

@@ -23,7 +23,8 @@ int engine_create(struct folio_engine **out,
 		return r;
 	if (!ops->submit || !ops->flush || !ops->truncate)
 		return -EINVAL;
-	if (OPTS_GET(ops, caps, 0) & ~(uint64_t)FOLIO_ENGINE_CAP_DURABLE)
+	if (OPTS_GET(ops, caps, 0) &
+	    ~(uint64_t)(FOLIO_ENGINE_CAP_DURABLE | FOLIO_ENGINE_CAP_WAITED))
 		return -EINVAL;
 	struct folio_engine *e = calloc(1, sizeof(*e));
 	if (!e)

@@ -76,6 +76,13 @@ static inline bool engine_has_durable(const struct folio_engine *e)
 	return e->ops.caps & FOLIO_ENGINE_CAP_DURABLE;
 }
 
+/* FOLIO_IO_WAITED for a request its submitter waits for next, when the
+ * engine takes the hint, else 0. */
+static inline uint32_t engine_waited_flag(const struct folio_engine *e)
+{
+	return e->ops.caps & FOLIO_ENGINE_CAP_WAITED ? FOLIO_IO_WAITED : 0;
+}
+
 static inline int engine_truncate(struct folio_engine *e, uint64_t size)
 {
 	return engine_result(e->ops.truncate(e->ctx, size));

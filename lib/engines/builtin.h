@@ -18,7 +18,8 @@
  * FOLIO_MAX_POS in file and device position (so offsets fit off_t and
  * results fit ssize_t). */
 #define ENGINE_IO_FLAGS \
-	(FOLIO_EXTENT_HOLE | FOLIO_EXTENT_NEW | FOLIO_IO_DURABLE)
+	(FOLIO_EXTENT_HOLE | FOLIO_EXTENT_NEW | FOLIO_IO_DURABLE | \
+	 FOLIO_IO_WAITED)
 
 static inline int engine_check_io(const struct folio_io *io)
 {

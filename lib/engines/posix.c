@@ -267,7 +267,7 @@ static const struct folio_engine_ops posix_ops = {
 	.truncate = posix_truncate,
 	.wait = posix_wait,
 	.destroy = posix_destroy,
-	.caps = FOLIO_ENGINE_CAP_DURABLE,
+	.caps = FOLIO_ENGINE_CAP_DURABLE | FOLIO_ENGINE_CAP_WAITED,
 };
 
 /*

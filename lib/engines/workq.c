@@ -121,6 +121,31 @@ static bool workq_grow_locked(struct engine_workq *q)
 	return true;
 }
 
+/* One more worker; false when the system refuses the thread (no error
+ * while another worker or a waiter will get to the queue). */
+static bool workq_start_locked(struct engine_workq *q)
+{
+	struct workq_worker *w = &q->workers[q->started];
+	w->q = q;
+	w->running.seq = w->helping.seq = 0;
+	if (pthread_create(&w->thread, NULL, workq_main, w))
+		return false;
+	q->started++;
+	return true;
+}
+
+/* Something sleeps until the queue moves (a drain): requests left for
+ * their submitters' wait() must not depend on that submitter now. */
+static void workq_kick_locked(struct engine_workq *q)
+{
+	if (!q->len)
+		return;
+	if (q->idle > 0)
+		pthread_cond_signal(&q->work_cv);
+	else if (q->started < q->max)
+		(void)workq_start_locked(q);
+}
+
 int engine_workq_submit(struct engine_workq *q, struct folio_io *io)
 {
 	pthread_mutex_lock(&q->lock);
@@ -132,16 +157,16 @@ int engine_workq_submit(struct engine_workq *q, struct folio_io *io)
 		pthread_mutex_unlock(&q->lock);
 		return -ENOMEM;
 	}
-	/* More queued than idle workers to take it: one more thread. A
-	 * refusal is no error while another worker will get to it. */
-	if (q->idle <= (int)q->len && q->started < q->max) {
-		struct workq_worker *w = &q->workers[q->started];
-		w->q = q;
-		w->running.seq = w->helping.seq = 0;
-		if (!pthread_create(&w->thread, NULL, workq_main, w))
-			q->started++;
-	}
-	if (!q->started) {
+	/* A request its submitter is about to wait for, alone in the
+	 * queue, is left for that wait() to run (engine_workq_help()): a
+	 * sync's lone write then costs no wakeup of a worker that would
+	 * find it taken. A second one queued behind it wakes a worker, so
+	 * a batch still keeps the workers busy. */
+	bool defer = (io->flags & FOLIO_IO_WAITED) && !q->len;
+	/* More queued than idle workers to take it: one more thread. */
+	if (!defer && q->idle <= (int)q->len && q->started < q->max)
+		(void)workq_start_locked(q);
+	if (!defer && !q->started) {
 		pthread_mutex_unlock(&q->lock);
 		q->run(q->arg, io);
 		return 0;
@@ -154,7 +179,7 @@ int engine_workq_submit(struct engine_workq *q, struct folio_io *io)
 		workq_last_q = q;
 		workq_last_write = q->seq;
 	}
-	bool wake = q->idle > 0;
+	bool wake = !defer && q->idle > 0;
 	pthread_mutex_unlock(&q->lock);
 	if (wake)
 		pthread_cond_signal(&q->work_cv);
@@ -247,6 +272,7 @@ static void workq_drain(struct engine_workq *q,
 			workq_run_head_locked(q, &workq_self->helping);
 			continue;
 		}
+		workq_kick_locked(q);
 		q->waiters++;
 		pthread_cond_wait(&q->done_cv, &q->lock);
 		q->waiters--;
@@ -294,6 +320,14 @@ void engine_workq_stop(struct engine_workq *q)
 	 * the completions they were delivering. */
 	for (int i = 0; i < q->started; i++)
 		pthread_join(q->workers[i].thread, NULL);
+	/* Left for a wait() that never came, with no worker started:
+	 * every accepted request still completes. */
+	while (q->len) {
+		struct workq_slot s = q->ring[q->head];
+		q->head = (q->head + 1) % q->cap;
+		q->len--;
+		q->run(q->arg, s.io);
+	}
 	free(q->ring);
 	free(q->workers);
 	pthread_cond_destroy(&q->done_cv);

@@ -58,7 +58,10 @@ int engine_workq_init(struct engine_workq *q, int max, engine_workq_fn run,
 /* Queue @io for a worker. 0; -ESHUTDOWN once engine_workq_stop() began;
  * -ENOMEM (nothing queued). When no worker can be started (the system
  * refuses threads and none runs yet) the request is run right here,
- * which is still a completion. */
+ * which is still a completion. A FOLIO_IO_WAITED request that finds the
+ * queue empty wakes no worker: its submitter's engine_workq_help() runs
+ * it, unless a worker gets there first (a drain, the next request
+ * queued behind it, or engine_workq_stop() makes sure one does). */
 int engine_workq_submit(struct engine_workq *q, struct folio_io *io);
 
 /* Run the oldest queued request in the calling thread, as a worker

@@ -208,7 +208,8 @@ static void direct_batch(struct folio_mapping *m, enum folio_io_op op,
 		struct direct_rq *d = &rq[i];
 		*d = (struct direct_rq){
 			.base = {.io = {.op = op,
-					.flags = p[i].flags | extra,
+					.flags = p[i].flags | extra |
+						 engine_waited_flag(e),
 					.pos = p[i].pos,
 					.dev_pos = p[i].dev,
 					.len = p[i].len,

@@ -43,6 +43,7 @@ static inline void mapping_start_reads(struct folio_mapping *m,
 	io_group_init(g);
 	rqb_init(b, m, FOLIO_IO_READ, g, mapping_read_end_io);
 	b->keep = true;
+	rqb_set_waited(b);
 }
 
 /*

@@ -176,6 +176,7 @@ void rqb_submit(struct rq_builder *b)
 		io->next = b->submitted;
 		b->submitted = io;
 	}
+	io->base.io.flags |= b->waited;
 	b->submitted_bytes += io->base.io.len;
 	b->submitted_count++;
 	if (b->group)

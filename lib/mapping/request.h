@@ -55,6 +55,10 @@ struct rq_builder {
 	 * completion changes tags through it), else NULL. */
 	struct index_node *node;
 	struct mapping_io *cur;
+	/* FOLIO_IO_WAITED (or 0 when the engine does not take it) on every
+	 * request: the caller waits for the group right after the batch
+	 * (rqb_set_waited()). */
+	uint32_t waited;
 	/* Submitted requests, when the caller keeps them (reads): it walks
 	 * and frees them after the group completes. */
 	bool keep;
@@ -68,6 +72,14 @@ struct rq_builder {
 void rqb_init(struct rq_builder *b, struct folio_mapping *m,
 	      enum folio_io_op op, struct io_group *group,
 	      void (*end_io)(struct engine_io *, ssize_t));
+
+/* The caller waits for the builder's group right after it finished the
+ * batch, calling the engine's wait(): tell an engine that takes the hint
+ * (FOLIO_IO_WAITED) that it may leave a lone request for that wait(). */
+static inline void rqb_set_waited(struct rq_builder *b)
+{
+	b->waited = engine_waited_flag(b->m->engine);
+}
 
 /*
  * Add folio bytes [off, off+len) to the request being built, starting a

@@ -374,6 +374,8 @@ static int64_t writeback_pass(struct folio_mapping *m,
 	bool wait_own = p->wait_busy || p->wait_own;
 	struct rq_builder b;
 	rqb_init(&b, m, FOLIO_IO_WRITE, wait_own ? &own : NULL, wb_end_io);
+	if (wait_own)
+		rqb_set_waited(&b);
 	b.max_bytes = p->max_request;
 	b.max_segs = p->max_segments;
 
