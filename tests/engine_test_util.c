@@ -973,13 +973,16 @@ int fdatasync(int fd)
 }
 
 /* A durable write of buf at pos (tio_run_durable()). */
+/* FOLIO_IO_WAITED on the durable writes of fe_test_durable(), or 0. */
+static uint32_t durable_waited;
+
 static long durable_io_barrier(struct folio_engine *e, uint64_t pos,
 			       void *buf, size_t len, int nseg,
 			       bool *barrier_failed)
 {
 	struct tio t;
 	tio_prep(&t, FOLIO_IO_WRITE, pos, buf, len, nseg, 0);
-	t.rq.io.flags = FOLIO_IO_DURABLE;
+	t.rq.io.flags = FOLIO_IO_DURABLE | durable_waited;
 	long r = tio_run_durable(e, &t, barrier_failed);
 	tio_free(&t);
 	return r;
@@ -994,9 +997,11 @@ static long durable_io(struct folio_engine *e, uint64_t pos, void *buf,
 /*
  * FOLIO_IO_DURABLE: the data is in the file when the request completes
  * and the barrier ran (posix: its fdatasync() in submit; io_uring: the
- * linked fsync, no fdatasync() call); a failed barrier fails the write;
+ * linked fsync, no fdatasync() call, or fdatasync() in submit() for a
+ * write its submitter waits for); a failed barrier fails the write;
  * a short write stays short (no barrier); write errors are the result;
  * many at once (pairs of SQEs) all complete; bad flags are refused.
+ * Engines that take FOLIO_IO_WAITED run it all again with the hint.
  */
 void fe_test_durable(void **state)
 {
@@ -1005,9 +1010,19 @@ void fe_test_durable(void **state)
 		return;
 	enum { LEN = 30000, N = 24 };
 	char *in = xmalloc(N * LEN), *chk = xmalloc(N * LEN);
-	for (int v = 0; v < fe_variants(); v++) {
+	for (int run = 0; run < 2 * fe_variants(); run++) {
+		int v = run / 2;
+		bool waited = run % 2;
 		struct folio_engine *e = fe_new(f.fd, fe_variant_flags(v));
 		assert_true(e->ops.caps & FOLIO_ENGINE_CAP_DURABLE);
+		if (waited && !(e->ops.caps & FOLIO_ENGINE_CAP_WAITED)) {
+			assert_int_equal(folio_engine_free(e), 0);
+			continue;
+		}
+		durable_waited = waited ? FOLIO_IO_WAITED : 0;
+		bool fsync_barrier = waited
+					     ? fe_engine->waited_barrier_is_fdatasync
+					     : fe_engine->barrier_is_fdatasync;
 		fill(in, N * LEN, 11 + (uint64_t)v);
 		int calls = atomic_load(&fdatasync_calls);
 		assert_int_equal(durable_io(e, 4096, in, LEN, 3), LEN);
@@ -1015,14 +1030,15 @@ void fe_test_durable(void **state)
 		assert_memory_equal(chk, in, LEN);
 		/* One barrier, where the engine says it runs. */
 		assert_int_equal(atomic_load(&fdatasync_calls) - calls,
-				 fe_engine->barrier_is_fdatasync ? 1 : 0);
+				 fsync_barrier ? 1 : 0);
 
 		/* Many in flight at once, from one batch. */
 		struct tio t[N];
 		for (int i = 0; i < N; i++) {
 			tio_prep(&t[i], FOLIO_IO_WRITE, (uint64_t)i * LEN,
 				 in + i * LEN, LEN, 1 + i % 4, 0);
-			t[i].rq.io.flags = i % 2 ? FOLIO_IO_DURABLE : 0;
+			t[i].rq.io.flags =
+				i % 2 ? FOLIO_IO_DURABLE | durable_waited : 0;
 			assert_int_equal(eng_submit(e, &t[i]), 0);
 		}
 		assert_int_equal(eng_unplug(e), 0);
@@ -1038,7 +1054,7 @@ void fe_test_durable(void **state)
 		 * reported written with the barrier's error beside it
 		 * (folio_io_complete_durable()), and the bytes are in the
 		 * file (only posix calls fdatasync() for it). */
-		if (fe_engine->barrier_is_fdatasync) {
+		if (fsync_barrier) {
 			bool barrier_failed = false;
 			fill(in, 512, 99);
 			atomic_store(&fdatasync_errno, EIO);
@@ -1087,7 +1103,14 @@ void fe_test_durable(void **state)
 	int ro = open(f.path, O_RDONLY);
 	assert_true(ro >= 0);
 	struct folio_engine *e = fe_new(ro, 0);
-	assert_int_equal(durable_io(e, 0, in, 100, 1), -EBADF);
+	for (int waited = 0; waited < 2; waited++) {
+		durable_waited = waited && (e->ops.caps & FOLIO_ENGINE_CAP_WAITED)
+					 ? FOLIO_IO_WAITED : 0;
+		int calls = atomic_load(&fdatasync_calls);
+		assert_int_equal(durable_io(e, 0, in, 100, 1), -EBADF);
+		assert_int_equal(atomic_load(&fdatasync_calls), calls);
+	}
+	durable_waited = 0;
 	assert_int_equal(folio_engine_free(e), 0);
 	close(ro);
 	free(in);

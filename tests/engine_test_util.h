@@ -145,6 +145,8 @@ struct file_engine {
 	bool completes_on_threads;
 	/* A durable write's barrier is an fdatasync() call. */
 	bool barrier_is_fdatasync;
+	/* The same with FOLIO_IO_WAITED (engines that take the hint). */
+	bool waited_barrier_is_fdatasync;
 	/* The flag that makes an engine thread complete requests, or 0 when
 	 * the engine has none: tests that care run once with it as well. */
 	unsigned completion_thread_flag;

@@ -45,6 +45,7 @@ static const struct file_engine posix_engine = {
 	.try_create = posix_try,
 	.completes_in_submit = true,
 	.barrier_is_fdatasync = true,
+	.waited_barrier_is_fdatasync = true,
 };
 
 #define SIZEOF_THROUGH_FLAGS \

@@ -63,6 +63,7 @@ static const struct file_engine posix_workers_engine = {
 	.try_create = shared_try,
 	.completes_on_threads = true,
 	.barrier_is_fdatasync = true,
+	.waited_barrier_is_fdatasync = true,
 };
 
 /* ---- completions on workers ----------------------------------------- */

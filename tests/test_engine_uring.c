@@ -50,6 +50,7 @@ static const struct file_engine uring_engine = {
 	.create = uring_new_default,
 	.try_create = uring_try,
 	.completion_thread_flag = FOLIO_URING_COMPLETION_THREAD,
+	.waited_barrier_is_fdatasync = true,
 };
 
 /* 1000 requests through a 32-entry ring: the SQ fills (submit() then

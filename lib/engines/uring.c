@@ -559,6 +559,17 @@ static int uring_submit(void *arg, struct folio_io *io)
 	}
 	if (atomic_load_explicit(&c->closing, memory_order_relaxed))
 		return -ESHUTDOWN;
+	if (engine_io_durable(io) && (io->flags & FOLIO_IO_WAITED)) {
+		/* A sync's lone write, its submitter about to wait for it:
+		 * written and made durable right here. In the ring its fsync
+		 * would go to a kernel worker (fsync always blocks), a
+		 * thread switch the waiting thread need not pay. */
+		ssize_t res = engine_fd_rw(c->f.fd, c->f.direct, io);
+		int barrier = res == (ssize_t)io->len
+				      ? engine_fd_datasync(c->f.fd) : 0;
+		engine_complete(io, res, barrier);
+		return 0;
+	}
 	struct ureq *r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
@@ -833,7 +844,7 @@ static const struct folio_engine_ops uring_ops = {
 	.wait = uring_wait,
 	.destroy = uring_destroy,
 	.unplug = uring_unplug,
-	.caps = FOLIO_ENGINE_CAP_DURABLE,
+	.caps = FOLIO_ENGINE_CAP_DURABLE | FOLIO_ENGINE_CAP_WAITED,
 };
 
 int folio_engine_uring(struct folio_engine **out, int fd, unsigned depth,
