@@ -1064,6 +1064,52 @@ static void test_expire(void **state)
 	env_close(&v);
 }
 
+/*
+ * Lookup hits: each cached read of a folio counts one (through the
+ * thread's hint or the index), a write that finds its folio one, a miss
+ * none; every mapping counts its own and the pool adds them up, keeping
+ * the count of a mapping that left.
+ */
+static void test_stats_hits(void **state)
+{
+	(void)state;
+	struct env v = {0};
+	v.p = new_pool(4 * MiB, 0);
+	add_mapping(&v, 4096, 64 * KiB, FOLIO_MAPPING_NO_READAHEAD);
+	add_mapping(&v, 4096, 64 * KiB, FOLIO_MAPPING_NO_READAHEAD);
+	static unsigned char b[8192];
+	fill(b, sizeof(b), 7);
+	struct folio_pool_stats st = pool_stats(v.p);
+	uint64_t hits = st.hits, misses = st.misses;
+	/* New folios: misses. */
+	assert_int_equal(folio_mapping_write(v.m[0], b, 4096, 0), 4096);
+	assert_int_equal(folio_mapping_write(v.m[1], b, 4096, 0), 4096);
+	st = pool_stats(v.p);
+	assert_int_equal(st.misses, misses + 2);
+	assert_int_equal(st.hits, hits);
+	/* Reads of the two folios of m[0], alternating so that both the
+	 * hint and the index find them, and a write that finds one. */
+	assert_int_equal(folio_mapping_write(v.m[0], b, 4096, 65536), 4096);
+	misses = pool_stats(v.p).misses;
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(folio_mapping_read(v.m[0], b, 4096,
+						    i % 2 ? 65536 : 0),
+				 4096);
+	assert_int_equal(folio_mapping_read(v.m[0], b, 4096, 0), 4096);
+	assert_int_equal(folio_mapping_write(v.m[1], b, 100, 0), 100);
+	st = pool_stats(v.p);
+	assert_int_equal(st.hits, hits + 8);
+	assert_int_equal(st.misses, misses);
+	/* m[0] leaves: its hits stay counted. */
+	test_close(v.m[0], v.e[0]);
+	v.m[0] = NULL;
+	v.e[0] = NULL;
+	assert_int_equal(pool_stats(v.p).hits, hits + 8);
+	assert_int_equal(folio_mapping_read(v.m[1], b, 4096, 0), 4096);
+	assert_int_equal(pool_stats(v.p).hits, hits + 9);
+	env_close(&v);
+}
+
 /* ---- policy ----------------------------------------------------------- */
 
 /* Read the 64 KiB folio at each position (a read that long creates
@@ -1232,6 +1278,7 @@ int main(void)
 		cmocka_unit_test(test_thread_cache_bytes),
 		cmocka_unit_test(test_allocator_bytes),
 		cmocka_unit_test(test_expire),
+		cmocka_unit_test(test_stats_hits),
 		cmocka_unit_test(test_scan_resistance),
 		cmocka_unit_test(test_ghost),
 		cmocka_unit_test(test_ghost_sized_by_folios),

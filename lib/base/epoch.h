@@ -43,7 +43,7 @@ struct epoch_domain {
 
 /* The library's one domain: sections are short, so one grace period for
  * every mapping costs no more than one per mapping would. */
-extern struct epoch_domain epoch_global;
+extern HIDDEN struct epoch_domain epoch_global;
 
 static inline void epoch_read_exit(unsigned slot)
 {

@@ -271,8 +271,6 @@ void folio_seq_wrap(void)
 	atomic_fetch_add_explicit(&folio_seq_wraps, 1, memory_order_release);
 }
 
-atomic_int folio_racy_plain;
-
 #ifdef FOLIO_RACY_CHECKED
 /* Byte by byte through volatile loads, so that the compiler makes no
  * memcpy() of it, which the sanitizers' runtime would intercept. */
@@ -289,35 +287,35 @@ void folio_copy_racy_slow(void *dst, const void *src, size_t n)
 		d[i] = s[i];
 }
 #else
-void folio_copy_racy_slow(void *dst, const void *src, size_t n)
+#ifdef FOLIO_HAVE_MEMCHECK
+/* The source may have been freed (and marked no-access) since the copy
+ * began: the version check throws such a copy away, so memcheck must not
+ * report it. */
+static void *copy_racy_memcheck(void *dst, const void *src, size_t n)
 {
-	int plain = atomic_load_explicit(&folio_racy_plain,
-					 memory_order_relaxed);
-	if (!plain) {
-		/* Only memcheck answers its requests (-1); callgrind and
-		 * plain runs leave the default 0. */
-		plain = 1;
-#ifdef FOLIO_HAVE_MEMCHECK
-		int probe = 0;
-		if ((long)VALGRIND_MAKE_MEM_DEFINED(&probe, sizeof(probe)) == -1)
-			plain = 2;
-#endif
-		atomic_store_explicit(&folio_racy_plain, plain,
-				      memory_order_relaxed);
-	}
-#ifdef FOLIO_HAVE_MEMCHECK
-	if (plain == 2) {
-		/* The source may have been freed (and marked no-access)
-		 * since the copy began: the version check throws such a
-		 * copy away, so memcheck must not report it. */
-		VALGRIND_DISABLE_ERROR_REPORTING;
-		memcpy(dst, src, n);
-		VALGRIND_ENABLE_ERROR_REPORTING;
-		return;
-	}
-#endif
+	VALGRIND_DISABLE_ERROR_REPORTING;
 	memcpy(dst, src, n);
+	VALGRIND_ENABLE_ERROR_REPORTING;
+	return dst;
 }
+#endif
+
+/* The first copy: learn which copy to use from now on, then copy. */
+static void *copy_racy_probe(void *dst, const void *src, size_t n)
+{
+	folio_copy_fn fn = memcpy;
+#ifdef FOLIO_HAVE_MEMCHECK
+	/* Only memcheck answers its requests (-1); callgrind and plain
+	 * runs leave the default 0. */
+	int probe = 0;
+	if ((long)VALGRIND_MAKE_MEM_DEFINED(&probe, sizeof(probe)) == -1)
+		fn = copy_racy_memcheck;
+#endif
+	atomic_store_explicit(&folio_copy_racy_fn, fn, memory_order_relaxed);
+	return fn(dst, src, n);
+}
+
+_Atomic(folio_copy_fn) folio_copy_racy_fn = copy_racy_probe;
 #endif
 
 void folio_wake_waiters(struct folio *f)

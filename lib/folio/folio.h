@@ -246,29 +246,34 @@ static inline void folio_clear_flag_wake(struct folio *f, unsigned bit)
 #define folio_seq_fence_acquire() atomic_thread_fence(memory_order_acquire)
 #endif
 
-/* 1 once known that no checker watches (see folio_copy_racy()). */
-extern atomic_int folio_racy_plain;
+#ifdef FOLIO_RACY_CHECKED
 void folio_copy_racy_slow(void *dst, const void *src, size_t n);
 
 static inline void folio_copy_racy(void *dst, const void *src, size_t n)
 {
-#ifdef FOLIO_RACY_CHECKED
 	folio_copy_racy_slow(dst, src, n);
-#else
-	if (__builtin_expect(atomic_load_explicit(&folio_racy_plain,
-						  memory_order_relaxed) == 1,
-			     1))
-		memcpy(dst, src, n);
-	else
-		folio_copy_racy_slow(dst, src, n);
-#endif
 }
+#else
+/* The copy to use: memcpy() once known that no checker watches, the
+ * memcheck-quiet copy under memcheck, and until the first copy found out,
+ * the function that finds out (folio.c). Through a pointer rather than a
+ * test of a flag: the hot read calls memcpy() with no test and no PLT
+ * stub. */
+typedef void *(*folio_copy_fn)(void *dst, const void *src, size_t n);
+extern HIDDEN _Atomic(folio_copy_fn) folio_copy_racy_fn;
+
+static inline void folio_copy_racy(void *dst, const void *src, size_t n)
+{
+	atomic_load_explicit(&folio_copy_racy_fn, memory_order_relaxed)(
+		dst, src, n);
+}
+#endif
 
 /* Bumped (release) by an unlock about to wrap a folio's version, while
  * it still holds the lock: an optimistic reader compares it before and
  * after, so no read spans a full turn of a 20-bit version. Once per 2^20
  * unlocks of one folio: the line stays read-mostly. */
-extern atomic_uint folio_seq_wraps;
+extern HIDDEN atomic_uint folio_seq_wraps;
 void folio_seq_wrap(void);
 
 /* Inline twins of public calls, for internal callers that hold a valid

@@ -72,14 +72,6 @@ static inline unsigned level_of(unsigned order)
 	return order / INDEX_NODE_SHIFT * INDEX_NODE_SHIFT;
 }
 
-/* Whether key lies past everything a node at `shift` spans. A node at
- * level 60 spans the whole key space, and shifting by 66 would be
- * undefined, hence the first test. */
-static inline bool beyond_node(uint64_t key, unsigned shift)
-{
-	return shift + INDEX_NODE_SHIFT < 64 &&
-	       (key >> (shift + INDEX_NODE_SHIFT)) != 0;
-}
 
 static inline unsigned slot_of(uint64_t key, unsigned shift)
 {
@@ -271,7 +263,7 @@ static int locate_exact(const struct index_tree *idx, uint64_t first,
 	struct index_node *n = idx->root;
 
 	p->depth = 0;
-	if (!n || shift < level || beyond_node(first, shift))
+	if (!n || shift < level || index_beyond_node(first, shift))
 		return -1;
 	for (;;) {
 		unsigned i = slot_of(first, shift);
@@ -412,7 +404,7 @@ int index_insert(struct index_tree *idx, uint64_t first, unsigned order,
 	uint64_t last = first + ((UINT64_C(1) << order) - 1);
 
 	unsigned top = level;
-	while (beyond_node(last, top))
+	while (index_beyond_node(last, top))
 		top += INDEX_NODE_SHIFT;
 	if (idx->root && top < idx->shift)
 		top = idx->shift;
@@ -544,7 +536,7 @@ static void *find_common(const struct index_tree *idx, uint64_t *keyp,
 	bool on_path = true; /* still descending towards `key` */
 	unsigned i;
 
-	if (!n || key > last || beyond_node(key, shift))
+	if (!n || key > last || index_beyond_node(key, shift))
 		return NULL;
 	i = slot_of(key, shift);
 	for (;;) {
@@ -769,7 +761,7 @@ void index_tag_prune(struct index_tree *idx, uint64_t first, uint64_t last,
 	mask &= UP_ALL;
 	if (!idx->root || first > last || !mask)
 		return;
-	if (beyond_node(first, idx->shift))
+	if (index_beyond_node(first, idx->shift))
 		return;
 	prune_node(idx->root, idx->shift, 0, first, last, mask);
 }
@@ -779,7 +771,7 @@ bool index_tag_get(const struct index_tree *idx, uint64_t key, unsigned tag)
 	const struct index_node *n = idx->root;
 	unsigned shift = idx->shift;
 
-	if (!n || tag >= INDEX_TAG_COUNT || beyond_node(key, shift))
+	if (!n || tag >= INDEX_TAG_COUNT || index_beyond_node(key, shift))
 		return false;
 	for (;;) {
 		unsigned i = slot_of(key, shift);

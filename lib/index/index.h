@@ -199,6 +199,15 @@ void *index_lookup_slot(const struct index_tree *idx, uint64_t key,
 /* idx->top: the root | its level (shift / INDEX_NODE_SHIFT). */
 #define INDEX_TOP_LEVEL_MASK ((uintptr_t)15)
 
+/* Whether key lies past everything a node at `shift` (at most 60) spans.
+ * Two shifts rather than one by shift + 6: a node at shift 60 spans the
+ * whole key space, and a shift by 66 would be undefined; this way needs
+ * no test for that, and the first shift is the walk's own. */
+static inline bool index_beyond_node(uint64_t key, unsigned shift)
+{
+	return ((key >> shift) >> INDEX_NODE_SHIFT) != 0;
+}
+
 static inline void *index_walk(const struct index_tree *idx, uint64_t key,
 			       const uintptr_t **slot)
 {
@@ -211,10 +220,7 @@ static inline void *index_walk(const struct index_tree *idx, uint64_t key,
 	unsigned shift =
 		(unsigned)(top & INDEX_TOP_LEVEL_MASK) * INDEX_NODE_SHIFT;
 
-	/* Past what the root spans (a root at level 60 spans everything,
-	 * and a shift by 66 would be undefined). */
-	if (!n || (shift + INDEX_NODE_SHIFT < 64 &&
-		   (key >> (shift + INDEX_NODE_SHIFT)) != 0))
+	if (!n || index_beyond_node(key, shift))
 		return NULL;
 	for (;;) {
 		unsigned i = (unsigned)(key >> shift) & INDEX_SLOT_MASK;

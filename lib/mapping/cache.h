@@ -25,7 +25,7 @@ struct mapping_cache_stripe {
 	_Alignas(BRLOCK_LINE) _Atomic int64_t dirty;
 	_Atomic int64_t writeback;
 	_Atomic int64_t unstable;
-	_Atomic uint64_t hits, misses;
+	_Atomic uint64_t misses;
 };
 
 struct mapping_cache;
@@ -91,13 +91,18 @@ struct mapping_cache_credit {
 
 /* A lookup of m's cache hit or missed (m->cache is set), counted in
  * the calling thread's stripe, which the _at form takes from a caller
- * that has it already (brlock_thread_stripe()). */
+ * that has it already (brlock_thread_stripe()). A hit is counted in the
+ * mapping's own stripe, the line a read writes its byte count to anyway
+ * (mapping_count_hit()); the cache adds them up when asked
+ * (mapping_lookup_hits()). */
 static inline void mapping_count_lookup_at(struct folio_mapping *m, bool hit,
 					   unsigned stripe)
 {
-	struct mapping_cache_stripe *s = &m->cache->stripe[stripe];
-	atomic_fetch_add_explicit(hit ? &s->hits : &s->misses, 1,
-				  memory_order_relaxed);
+	if (hit)
+		mapping_count_hit(m, stripe);
+	else
+		atomic_fetch_add_explicit(&m->cache->stripe[stripe].misses, 1,
+					  memory_order_relaxed);
 }
 
 static inline void mapping_count_lookup(struct folio_mapping *m, bool hit)

@@ -184,6 +184,10 @@ struct folio_mapping {
 		struct {
 			_Alignas(BRLOCK_LINE) _Atomic uint64_t written;
 			_Atomic uint64_t read;
+			/* Lookups that found their folio: the cache's hit
+			 * count (cache.h), here beside the byte counts that
+			 * the same calls write. */
+			_Atomic uint64_t hits;
 		} io_bytes[BRLOCK_STRIPES];
 		_Atomic uint64_t read_requests, read_bytes;
 		_Atomic uint64_t wb_requests, wb_bytes, wb_merges;
@@ -200,6 +204,15 @@ static inline void stat_add(_Atomic uint64_t *counter, uint64_t v)
 {
 	atomic_fetch_add_explicit(counter, v, memory_order_relaxed);
 }
+
+/* A lookup found its folio (see mapping_count_lookup_at()). */
+static inline void mapping_count_hit(struct folio_mapping *m, unsigned stripe)
+{
+	stat_add(&m->stats.io_bytes[stripe].hits, 1);
+}
+
+/* The hits counted so far (relaxed: a statistic). */
+uint64_t mapping_lookup_hits(const struct folio_mapping *m);
 
 static inline uint64_t mapping_key(const struct folio_mapping *m,
 				   uint64_t pos)

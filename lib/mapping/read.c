@@ -36,7 +36,7 @@ static inline size_t read_len(struct folio_mapping *m, uint64_t pos,
 
 /* read_optimistic()'s copy again, after its first one failed to
  * validate: out of line, so that the first one's frame stays small. */
-static __attribute__((noinline)) size_t
+static __attribute__((noinline)) bool
 read_optimistic_again(const struct folio *f, unsigned char *buf, size_t off,
 		      size_t n)
 {
@@ -46,44 +46,47 @@ read_optimistic_again(const struct folio *f, unsigned char *buf, size_t off,
 			break;
 		folio_copy_racy(buf, f->data + off, n);
 		if (folio_read_valid(f, &s))
-			return n;
+			return true;
 	}
-	return 0;
+	return false;
 }
 
 /*
- * The validated copy of n bytes at off of f: n, or 0 when the locked
+ * The validated copy of n bytes at off of f: false when the locked
  * path must decide. `excl` (see read_optimistic()) is checked once the
  * folio's version is read: a truncate or invalidate whose increment it
  * misses made no change this copy or the caller's EOF can have seen
  * (base/brlock.h), and the version catches any it makes from then on.
  */
-static inline __attribute__((always_inline)) size_t
+static inline __attribute__((always_inline)) bool
 read_copy(struct folio_mapping *m, const struct folio *f, unsigned char *buf,
 	  size_t off, size_t n, const unsigned *excl)
 {
 	struct folio_seq s;
 	if (!folio_read_begin(f, &s))
-		return 0;
+		return false;
 	if (excl && !brlock_optimistic_valid(&m->io_lock, *excl))
-		return 0;
+		return false;
 	folio_copy_racy(buf, f->data + off, n);
 	if (folio_read_valid(f, &s))
-		return n;
+		return true;
 	/* Without io_lock the locked path retries, under it. */
-	return excl ? 0 : read_optimistic_again(f, buf, off, n);
+	return excl ? false : read_optimistic_again(f, buf, off, n);
 }
 
 /* How much of len a copy from off of f takes: what f holds of it, or,
  * lock-free (excl), all of it or nothing (the rest of a read that
- * crosses folios needs io_lock). */
-static inline size_t read_span(const struct folio *f, size_t off, size_t len,
-			       const unsigned *excl)
+ * crosses folios needs io_lock): false then. */
+static inline bool read_span(const struct folio *f, size_t off, size_t len,
+			     const unsigned *excl, size_t *n)
 {
 	size_t room = folio_bytes(f) - off;
-	if (excl)
-		return len <= room ? len : 0;
-	return MIN(len, room);
+	if (excl) {
+		*n = len;
+		return len <= room;
+	}
+	*n = MIN(len, room);
+	return true;
 }
 
 /*
@@ -93,29 +96,32 @@ static inline size_t read_span(const struct folio *f, size_t off, size_t len,
  * index inside an epoch section, which keeps its header mapped and, with
  * the allocator's grace period before any unmap, its data), copy while it
  * is unlocked, uptodate and unmarked, and keep the copy only when its
- * version did not move meanwhile. Returns the bytes copied, 0 when the
+ * version did not move meanwhile. True with the bytes copied in *copied
+ * (all of len lock-free; never 0 for a len above 0), false when the
  * locked path must decide (missing, busy, partly uptodate, a readahead
  * mark to take, a writer that kept changing it). The caller holds io_lock
  * shared (excl NULL), or holds nothing and passes the io_lock token
  * that brlock_optimistic_begin() gave it before it loaded EOF: then the copy is
  * all of len or nothing, and it is not retried here.
  */
-static inline __attribute__((always_inline)) size_t
+static inline __attribute__((always_inline)) bool
 read_optimistic(struct folio_mapping *m, unsigned char *buf, size_t len,
-		uint64_t p, unsigned stripe, const unsigned *excl)
+		uint64_t p, unsigned stripe, const unsigned *excl,
+		size_t *copied)
 {
 	struct folio *f;
-	size_t off, n, got;
+	size_t off;
+	bool got;
 	/* The hint and the index each with a copy of their own: one
 	 * shared copy would carry which of them found the folio, and its
 	 * epoch slot, across the memcpy() call, in a frame that already
 	 * keeps the caller's arguments live there. */
 	if (mapping_hint_holding(m, p, &f, &off)) {
-		n = read_span(f, off, len, excl);
-		got = n ? read_copy(m, f, buf, off, n, excl) : 0;
+		got = read_span(f, off, len, excl, copied) &&
+		      read_copy(m, f, buf, off, *copied, excl);
 		/* Hint hits are no accesses (mapping_grab()). */
 		if (got && m->cache)
-			mapping_count_lookup_at(m, true, stripe);
+			mapping_count_hit(m, stripe);
 		return got;
 	}
 	unsigned ep = epoch_read_enter_at(stripe);
@@ -124,15 +130,15 @@ read_optimistic(struct folio_mapping *m, unsigned char *buf, size_t len,
 	 * that does not hold p (lookup.c). */
 	uint64_t o;
 	if (!f || (o = p - f->pos) >= folio_bytes(f) ||
-	    !(n = read_span(f, (size_t)o, len, excl))) {
+	    !read_span(f, (size_t)o, len, excl, copied)) {
 		epoch_read_exit(ep);
-		return 0;
+		return false;
 	}
-	got = read_copy(m, f, buf, (size_t)o, n, excl);
+	got = read_copy(m, f, buf, (size_t)o, *copied, excl);
 	if (got && m->cache) {
 		/* The count is written only while it can still rise. */
 		folio_note_access(f);
-		mapping_count_lookup_at(m, true, stripe);
+		mapping_count_hit(m, stripe);
 	}
 	epoch_read_exit(ep);
 	return got;
@@ -182,9 +188,9 @@ read_cached(struct folio_mapping *m, unsigned char *buf, size_t len,
 {
 	size_t done = 0;
 	while (done < len) {
-		size_t n = read_optimistic(m, buf + done, len - done,
-					   pos + done, stripe, NULL);
-		if (!n)
+		size_t n;
+		if (!read_optimistic(m, buf + done, len - done, pos + done,
+				     stripe, NULL, &n))
 			n = read_locked(m, buf + done, len - done, pos + done,
 					stripe);
 		if (!n)
@@ -321,10 +327,12 @@ ssize_t folio_mapping_read(struct folio_mapping *m, void *buf, size_t len,
 	 */
 	unsigned excl;
 	if (brlock_optimistic_begin(&m->io_lock, &excl)) {
-		size_t n = read_len(m, pos, len);
-		if (!n)
+		/* At or past EOF: 0 at once, without a folio. */
+		uint64_t eof = mapping_eof(m);
+		if (pos >= eof)
 			return 0;
-		if (read_optimistic(m, buf, n, pos, stripe, &excl)) {
+		size_t n = (size_t)MIN((uint64_t)len, eof - pos);
+		if (read_optimistic(m, buf, n, pos, stripe, &excl, &n)) {
 			stat_add(&m->stats.io_bytes[stripe].read, n);
 			return (ssize_t)n;
 		}

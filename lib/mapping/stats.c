@@ -6,6 +6,15 @@
 
 #include "mapping/mapping.h"
 
+uint64_t mapping_lookup_hits(const struct folio_mapping *m)
+{
+	uint64_t hits = 0;
+	for (unsigned i = 0; i < BRLOCK_STRIPES; i++)
+		hits += atomic_load_explicit(&m->stats.io_bytes[i].hits,
+					     memory_order_relaxed);
+	return hits;
+}
+
 int folio_mapping_stats(struct folio_mapping *m,
 			struct folio_mapping_stats *st)
 {

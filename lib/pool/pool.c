@@ -255,6 +255,7 @@ static void pool_op_detach(struct mapping_cache *c, struct folio_mapping *m)
 	mb->prev->next = mb->next;
 	mb->next->prev = mb->prev;
 	p->nmembers--;
+	p->stats.hits_of_gone += mapping_lookup_hits(m);
 	pthread_mutex_unlock(&p->lock);
 	m->in_cache.member = NULL;
 	free(mb);
@@ -316,10 +317,8 @@ int folio_pool_stats(struct folio_pool *p, struct folio_pool_stats *st)
 	s.dirty_bytes = nonneg(pool_sum_dirty(p));
 	s.writeback_bytes = nonneg(pool_sum_writeback(p));
 	s.unstable_bytes = nonneg(pool_sum_unstable(p));
-	for (unsigned i = 0; i < BRLOCK_STRIPES; i++) {
-		s.hits += atomic_load(&p->cache.stripe[i].hits);
+	for (unsigned i = 0; i < BRLOCK_STRIPES; i++)
 		s.misses += atomic_load(&p->cache.stripe[i].misses);
-	}
 #define LOAD(field) s.field = atomic_load(&p->stats.field)
 	LOAD(ghost_hits);
 	LOAD(reclaimed_bytes);
@@ -334,6 +333,11 @@ int folio_pool_stats(struct folio_pool *p, struct folio_pool_stats *st)
 #undef LOAD
 	pthread_mutex_lock(&p->lock);
 	s.mappings = p->nmembers;
+	/* Members leave only under the lock: each one's mapping is alive. */
+	s.hits = p->stats.hits_of_gone;
+	for (struct pool_member *mb = p->members.next; mb != &p->members;
+	     mb = mb->next)
+		s.hits += mapping_lookup_hits(mb->m);
 	s.small_bytes = p->small.bytes;
 	s.main_bytes = p->main.bytes;
 	s.metadata_bytes = pool_queue_meta_bytes_locked(p) +

@@ -122,6 +122,9 @@ struct folio_pool {
 		_Atomic uint64_t throttle_waits, throttle_ns;
 		_Atomic uint64_t memory_waits, memory_wait_ns;
 		_Atomic uint64_t flusher_passes, flusher_bytes, flushes;
+		/* Lookup hits of mappings that left (the members count
+		 * their own, mapping_lookup_hits()); under lock. */
+		uint64_t hits_of_gone;
 	} stats;
 };
 
