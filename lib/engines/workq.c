@@ -322,12 +322,12 @@ void engine_workq_stop(struct engine_workq *q)
 		pthread_join(q->workers[i].thread, NULL);
 	/* Left for a wait() that never came, with no worker started:
 	 * every accepted request still completes. */
+	pthread_mutex_lock(&q->lock);
 	while (q->len) {
-		struct workq_slot s = q->ring[q->head];
-		q->head = (q->head + 1) % q->cap;
-		q->len--;
-		q->run(q->arg, s.io);
+		struct workq_slot done;
+		workq_run_head_locked(q, &done);
 	}
+	pthread_mutex_unlock(&q->lock);
 	free(q->ring);
 	free(q->workers);
 	pthread_cond_destroy(&q->done_cv);

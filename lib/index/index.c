@@ -72,7 +72,6 @@ static inline unsigned level_of(unsigned order)
 	return order / INDEX_NODE_SHIFT * INDEX_NODE_SHIFT;
 }
 
-
 static inline unsigned slot_of(uint64_t key, unsigned shift)
 {
 	return (unsigned)(key >> shift) & SLOT_MASK;
