@@ -10,6 +10,7 @@
 #include <cmocka.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/resource.h>
@@ -26,6 +27,25 @@
 /* ---- requests ------------------------------------------------------- */
 
 static atomic_uint completion_rank;
+
+uint32_t tio_default_flags;
+
+pthread_t tio_main_thread;
+atomic_int tio_on_main;
+
+void tio_note_thread(struct tio *t)
+{
+	(void)t;
+	if (pthread_equal(pthread_self(), tio_main_thread))
+		atomic_fetch_add(&tio_on_main, 1);
+}
+
+void tio_prep_waited(struct tio *t, uint64_t pos, char *buf)
+{
+	tio_prep(t, FOLIO_IO_WRITE, pos, buf, 4096, 1, 0);
+	t->rq.io.flags = FOLIO_IO_WAITED;
+	t->hook = tio_note_thread;
+}
 
 static void tio_end(struct engine_io *rq, ssize_t result)
 {
@@ -47,6 +67,7 @@ void tio_prep(struct tio *t, enum folio_io_op op, uint64_t pos, void *buf,
 	t->rq.io.pos = pos;
 	t->rq.io.dev_pos = pos;
 	t->rq.io.len = len;
+	t->rq.io.flags = tio_default_flags;
 	t->iov = t->iov_inline;
 	if (nseg > TIO_INLINE_IOV) {
 		t->iov = calloc((size_t)nseg, sizeof(*t->iov));
@@ -917,6 +938,37 @@ void fe_test_errors(void **state)
 	assert_int_equal(folio_engine_free(e), 0);
 	close(ro);
 	tfile_close(&f);
+}
+
+/*
+ * The data tests again with FOLIO_IO_WAITED on every request, for engines
+ * that take the hint: there a lone request may be transferred by the
+ * thread that waits for it (the posix workers' wait(), io_uring's request
+ * held out of the ring), a path of its own through segments, short
+ * transfers, end of file, errors, flushes, truncates and direct I/O.
+ */
+void fe_test_waited(void **state)
+{
+	struct tfile f;
+	if (!tfile_open(&f, state))
+		return;
+	struct folio_engine *e = fe_new(f.fd, 0);
+	bool takes_hint = e->ops.caps & FOLIO_ENGINE_CAP_WAITED;
+	assert_int_equal(folio_engine_free(e), 0);
+	tfile_close(&f);
+	if (!takes_hint)
+		return;
+	tio_default_flags = FOLIO_IO_WAITED;
+	fe_test_round_trip(state);
+	fe_test_dev_pos(state);
+	fe_test_read_past_eof(state);
+	fe_test_many_segments(state);
+	fe_test_short_write(state);
+	fe_test_flush_truncate(state);
+	fe_test_direct(state);
+	fe_test_direct_tail(state);
+	fe_test_errors(state);
+	tio_default_flags = 0;
 }
 
 /* Malformed requests are refused before any I/O. */

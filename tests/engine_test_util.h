@@ -17,6 +17,7 @@
 #ifndef FOLIO_ENGINE_TEST_UTIL_H
 #define FOLIO_ENGINE_TEST_UTIL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -27,6 +28,9 @@
 #include "engine/engine.h"
 
 /* ---- requests ------------------------------------------------------- */
+
+/* The flags tio_prep() gives every request (0 unless a test sets it). */
+extern uint32_t tio_default_flags;
 
 /* Requests of up to this many segments need no allocation, so tests that
  * rebuild a request in place (or inside a completion) never leak. */
@@ -49,6 +53,15 @@ struct tio {
  * (some segments then are empty). */
 void tio_prep(struct tio *t, enum folio_io_op op, uint64_t pos, void *buf,
 	      size_t len, int nseg, uint64_t seed);
+/* Completions on the thread named tio_main_thread (set by the test) are
+ * counted in tio_on_main by the hook tio_note_thread. */
+extern pthread_t tio_main_thread;
+extern atomic_int tio_on_main;
+void tio_note_thread(struct tio *t);
+
+/* A FOLIO_IO_WAITED 4 KiB write of buf at pos, hooked with
+ * tio_note_thread. */
+void tio_prep_waited(struct tio *t, uint64_t pos, char *buf);
 /* Needed only after tio_prep() with more than TIO_INLINE_IOV segments. */
 void tio_free(struct tio *t);
 /* How many times the request has completed (0 or 1 unless a bug). */
@@ -188,7 +201,7 @@ extern struct where fe_disk, fe_shm;
 	FE_ON_BOTH(short_write), FE_ON_BOTH(flush_truncate),           \
 	FE_ON_BOTH(truncate_eintr), FE_ON_BOTH(direct),                \
 	FE_ON_BOTH(direct_tail), FE_TEST(errors), FE_TEST(bad_requests), \
-	FE_ON_BOTH(durable)
+	FE_ON_BOTH(durable), FE_ON_BOTH(waited)
 
 /* Group fixtures: make the directories, and remove them together with
  * any files a failed test left behind. */
@@ -234,5 +247,6 @@ void fe_test_direct_tail(void **state);
 void fe_test_errors(void **state);
 void fe_test_bad_requests(void **state);
 void fe_test_durable(void **state);
+void fe_test_waited(void **state);
 
 #endif

@@ -68,16 +68,6 @@ static const struct file_engine posix_workers_engine = {
 
 /* ---- completions on workers ----------------------------------------- */
 
-static pthread_t main_thread;
-static atomic_int on_main;
-
-static void note_thread(struct tio *t)
-{
-	(void)t;
-	if (pthread_equal(pthread_self(), main_thread))
-		atomic_fetch_add(&on_main, 1);
-}
-
 /* Poll until t completed, without calling wait(): it must complete on
  * an engine thread. Fails after about 20 s. */
 static void await_done(struct tio *t)
@@ -101,20 +91,20 @@ static void test_default_workers(void **state)
 	struct tfile f;
 	if (!tfile_open(&f, NULL))
 		return;
-	main_thread = pthread_self();
+	tio_main_thread = pthread_self();
 	enum { N = 16 };
 	static _Alignas(4096) char buf[N][4096];
 	for (int direct = 0; direct < 2; direct++) {
 		struct folio_engine *e = NULL;
 		assert_int_equal(folio_engine_posix(&e, f.fd, direct
 				 ? FOLIO_ENGINE_DIRECT : 0), 0);
-		atomic_store(&on_main, 0);
+		atomic_store(&tio_on_main, 0);
 		struct tio t[N];
 		for (int i = 0; i < N; i++) {
 			fill(buf[i], 4096, (uint64_t)i + 1);
 			tio_prep(&t[i], FOLIO_IO_WRITE, (uint64_t)i * 4096,
 				 buf[i], 4096, 1, 0);
-			t[i].hook = note_thread;
+			t[i].hook = tio_note_thread;
 			assert_int_equal(eng_submit(e, &t[i]), 0);
 			if (!direct)
 				assert_int_equal(tio_done(&t[i]), 1);
@@ -124,7 +114,7 @@ static void test_default_workers(void **state)
 			await_done(&t[i]);
 		for (int i = 0; i < N; i++)
 			assert_int_equal(atomic_load(&t[i].result), 4096);
-		assert_int_equal(atomic_load(&on_main), direct ? 0 : N);
+		assert_int_equal(atomic_load(&tio_on_main), direct ? 0 : N);
 		assert_int_equal(folio_engine_free(e), 0);
 	}
 	tfile_close(&f);
@@ -177,24 +167,24 @@ static void test_wait_helps(void **state)
 	struct tfile f;
 	if (!tfile_open(&f, NULL))
 		return;
-	main_thread = pthread_self();
+	tio_main_thread = pthread_self();
 	static _Alignas(4096) char a[4096], b[4096], chk[4096];
 	fill(a, sizeof(a), 11);
 	fill(b, sizeof(b), 12);
 	struct folio_engine *e = workers_new(f.fd, 1);
 	assert_non_null(e->ops.wait);
 	assert_int_equal(eng_wait(e), FOLIO_ENGINE_WAIT_IDLE);
-	atomic_store(&on_main, 0);
+	atomic_store(&tio_on_main, 0);
 	struct tio ta, tb;
 	hold_only_worker(e, &ta, a, sizeof(a));
 	tio_prep(&tb, FOLIO_IO_WRITE, 4096, b, sizeof(b), 1, 0);
-	tb.hook = note_thread;
+	tb.hook = tio_note_thread;
 	assert_int_equal(eng_submit(e, &tb), 0);
 	assert_int_equal(tio_done(&tb), 0);
 	assert_int_equal(eng_wait(e), 0);
 	assert_int_equal(tio_done(&tb), 1);
 	assert_int_equal(atomic_load(&tb.result), 4096);
-	assert_int_equal(atomic_load(&on_main), 1);
+	assert_int_equal(atomic_load(&tio_on_main), 1);
 	assert_int_equal(pread(f.fd, chk, sizeof(chk), 4096), 4096);
 	assert_memory_equal(chk, b, sizeof(b));
 	/* Only the held one is in flight, on the worker. */
@@ -225,15 +215,6 @@ static int threads_now(void)
 	return n;
 }
 
-/* Prepare a FOLIO_IO_WAITED write of buf (4 KiB) at pos, noting whether
- * it completes on the main thread. */
-static void waited_prep(struct tio *t, uint64_t pos, char *buf)
-{
-	tio_prep(t, FOLIO_IO_WRITE, pos, buf, 4096, 1, 0);
-	t->rq.io.flags = FOLIO_IO_WAITED;
-	t->hook = note_thread;
-}
-
 /* The written file at pos holds buf. */
 static void assert_file(struct tfile *f, uint64_t pos, const char *buf)
 {
@@ -256,7 +237,7 @@ static void test_waited_hint(void **state)
 	struct tfile f;
 	if (!tfile_open(&f, NULL))
 		return;
-	main_thread = pthread_self();
+	tio_main_thread = pthread_self();
 	static _Alignas(4096) char buf[6][4096];
 	for (int i = 0; i < 6; i++)
 		fill(buf[i], 4096, (uint64_t)i + 31);
@@ -265,35 +246,35 @@ static void test_waited_hint(void **state)
 	/* Alone: queued, no thread started; wait() runs it here. */
 	int before = threads_now();
 	struct folio_engine *e = workers_new(f.fd, 2);
-	atomic_store(&on_main, 0);
-	waited_prep(&t[0], 0, buf[0]);
+	atomic_store(&tio_on_main, 0);
+	tio_prep_waited(&t[0], 0, buf[0]);
 	assert_int_equal(eng_submit(e, &t[0]), 0);
 	assert_int_equal(tio_done(&t[0]), 0);
 	assert_int_equal(threads_now(), before);
 	assert_int_equal(eng_wait(e), 0);
 	assert_int_equal(tio_done(&t[0]), 1);
 	assert_int_equal(atomic_load(&t[0].result), 4096);
-	assert_int_equal(atomic_load(&on_main), 1);
+	assert_int_equal(atomic_load(&tio_on_main), 1);
 	assert_int_equal(eng_wait(e), FOLIO_ENGINE_WAIT_IDLE);
 	assert_file(&f, 0, buf[0]);
 
 	/* A second request behind it starts a worker, which runs both
 	 * while nobody calls wait(). */
-	atomic_store(&on_main, 0);
-	waited_prep(&t[1], 4096, buf[1]);
-	waited_prep(&t[2], 8192, buf[2]);
+	atomic_store(&tio_on_main, 0);
+	tio_prep_waited(&t[1], 4096, buf[1]);
+	tio_prep_waited(&t[2], 8192, buf[2]);
 	assert_int_equal(eng_submit(e, &t[1]), 0);
 	assert_int_equal(eng_submit(e, &t[2]), 0);
 	await_done(&t[1]);
 	await_done(&t[2]);
-	assert_int_equal(atomic_load(&on_main), 0);
+	assert_int_equal(atomic_load(&tio_on_main), 0);
 	assert_true(threads_now() > before);
 
 	/* With its worker asleep (most likely by now), the submitter's
 	 * flush gets one left queued written by waking it. */
 	struct timespec settle = {0, 50000000};
 	nanosleep(&settle, NULL);
-	waited_prep(&t[3], 12288, buf[3]);
+	tio_prep_waited(&t[3], 12288, buf[3]);
 	assert_int_equal(eng_submit(e, &t[3]), 0);
 	assert_int_equal(eng_flush(e), 0);
 	assert_int_equal(tio_done(&t[3]), 1);
@@ -303,7 +284,7 @@ static void test_waited_hint(void **state)
 	 * one for a request left queued. */
 	for (int truncate = 0; truncate < 2; truncate++) {
 		e = workers_new(f.fd, 2);
-		waited_prep(&t[4], 16384, buf[4]);
+		tio_prep_waited(&t[4], 16384, buf[4]);
 		assert_int_equal(eng_submit(e, &t[4]), 0);
 		assert_int_equal(tio_done(&t[4]), 0);
 		if (truncate)
@@ -320,7 +301,7 @@ static void test_waited_hint(void **state)
 
 	/* Freeing an engine that never started a worker completes it. */
 	e = workers_new(f.fd, 2);
-	waited_prep(&t[5], 20480, buf[5]);
+	tio_prep_waited(&t[5], 20480, buf[5]);
 	assert_int_equal(eng_submit(e, &t[5]), 0);
 	assert_int_equal(tio_done(&t[5]), 0);
 	assert_int_equal(folio_engine_free(e), 0);

@@ -5,7 +5,8 @@
  * requests in flight through small rings, the completion thread, several
  * threads submitting and waiting at once (more than it has rings, across a
  * file-size limit), requests whose submitter never waits, completions that
- * submit or wait, and freeing with requests in flight. Where io_uring is unavailable the
+ * submit or wait, a lone FOLIO_IO_WAITED request held out of the ring, and
+ * freeing with requests in flight. Where io_uring is unavailable the
  * whole program is skipped (see main()).
  */
 #include <setjmp.h>
@@ -594,6 +595,140 @@ static void test_tiny_ring(void **state)
 	tfile_close(&f);
 }
 
+/* ---- FOLIO_IO_WAITED: a lone request held out of the ring ----------- */
+
+static bool file_holds(int fd, uint64_t pos, const char *buf)
+{
+	char chk[4096];
+	return pread(fd, chk, 4096, (off_t)pos) == 4096 &&
+	       !memcmp(chk, buf, 4096);
+}
+
+/* Poll until the file holds buf at pos, without calling the engine: the
+ * kernel must have the write. Fails after about 10 s. */
+static void await_file(int fd, uint64_t pos, const char *buf)
+{
+	for (int polls = 0; !file_holds(fd, pos, buf); polls++) {
+		assert_true(polls < 500000);
+		struct timespec ts = {0, 20000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+struct lone_arg {
+	struct folio_engine *e;
+	struct tio *t;
+};
+
+/* Submit a lone waited write and leave without waiting for it. */
+static void *lone_submitter(void *p)
+{
+	struct lone_arg *a = p;
+	assert_int_equal(eng_submit(a->e, a->t), 0);
+	assert_int_equal(eng_unplug(a->e), 0);
+	return NULL;
+}
+
+/*
+ * A lone FOLIO_IO_WAITED request stays out of the ring until a thread
+ * would sleep for it: wait() then writes it in the calling thread. Every
+ * other way the shard moves still gets it written: a second request
+ * (both go to the kernel), the submitter's flush() and truncate(),
+ * another thread's wait(), freeing the engine, and with the completion
+ * thread the submitter's wait().
+ */
+static void test_waited_deferred(void **state)
+{
+	(void)state;
+	struct tfile f;
+	if (!tfile_open(&f, NULL))
+		return;
+	tio_main_thread = pthread_self();
+	static char buf[9][4096];
+	for (int i = 0; i < 9; i++)
+		fill(buf[i], 4096, (uint64_t)i + 41);
+	struct tio t[9];
+	struct timespec settle = {0, 20000000};
+
+	/* Alone: not in the kernel after unplug; wait() writes it here. */
+	struct folio_engine *e = uring_new(f.fd, 8, 0);
+	atomic_store(&tio_on_main, 0);
+	tio_prep_waited(&t[0], 0, buf[0]);
+	assert_int_equal(eng_submit(e, &t[0]), 0);
+	assert_int_equal(eng_unplug(e), 0);
+	nanosleep(&settle, NULL);
+	assert_int_equal(tio_done(&t[0]), 0);
+	assert_false(file_holds(f.fd, 0, buf[0]));
+	assert_int_equal(eng_wait(e), 0);
+	assert_int_equal(tio_done(&t[0]), 1);
+	assert_int_equal(atomic_load(&t[0].result), 4096);
+	assert_int_equal(atomic_load(&tio_on_main), 1);
+	assert_true(file_holds(f.fd, 0, buf[0]));
+
+	/* A second request behind it: both reach the kernel at unplug. */
+	tio_prep_waited(&t[1], 4096, buf[1]);
+	tio_prep_waited(&t[2], 8192, buf[2]);
+	assert_int_equal(eng_submit(e, &t[1]), 0);
+	assert_int_equal(eng_submit(e, &t[2]), 0);
+	assert_int_equal(eng_unplug(e), 0);
+	await_file(f.fd, 4096, buf[1]);
+	await_file(f.fd, 8192, buf[2]);
+	wait_all(e, &t[1], 2);
+
+	/* The submitter's flush and truncate write it. */
+	tio_prep_waited(&t[3], 12288, buf[3]);
+	assert_int_equal(eng_submit(e, &t[3]), 0);
+	assert_int_equal(eng_flush(e), 0);
+	assert_int_equal(tio_done(&t[3]), 1);
+	tio_prep_waited(&t[4], 16384, buf[4]);
+	assert_int_equal(eng_submit(e, &t[4]), 0);
+	assert_int_equal(eng_truncate(e, 65536), 0);
+	assert_int_equal(tio_done(&t[4]), 1);
+
+	/* Another thread's, which never waits: our wait() writes it. */
+	atomic_store(&tio_on_main, 0);
+	tio_prep_waited(&t[5], 20480, buf[5]);
+	struct lone_arg a = {e, &t[5]};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, lone_submitter, &a), 0);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(tio_done(&t[5]), 0);
+	assert_int_equal(eng_wait(e), 0);
+	assert_int_equal(tio_done(&t[5]), 1);
+	assert_int_equal(atomic_load(&tio_on_main), 1);
+
+	/* Freeing the engine writes it. */
+	tio_prep_waited(&t[6], 24576, buf[6]);
+	assert_int_equal(eng_submit(e, &t[6]), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	assert_int_equal(tio_done(&t[6]), 1);
+
+	/* With the completion thread, wait() still writes it here. */
+	e = uring_new(f.fd, 8, FOLIO_URING_COMPLETION_THREAD);
+	atomic_store(&tio_on_main, 0);
+	tio_prep_waited(&t[7], 28672, buf[7]);
+	assert_int_equal(eng_submit(e, &t[7]), 0);
+	assert_int_equal(eng_unplug(e), 0);
+	nanosleep(&settle, NULL);
+	assert_int_equal(tio_done(&t[7]), 0);
+	assert_int_equal(eng_wait(e), 0);
+	assert_int_equal(tio_done(&t[7]), 1);
+	assert_int_equal(atomic_load(&tio_on_main), 1);
+	/* A request without the hint goes to the ring as before. */
+	tio_prep(&t[8], FOLIO_IO_WRITE, 32768, buf[8], 4096, 1, 0);
+	assert_int_equal(eng_submit(e, &t[8]), 0);
+	assert_int_equal(eng_unplug(e), 0);
+	await_file(f.fd, 32768, buf[8]);
+	wait_all(e, &t[8], 1);
+	assert_int_equal(folio_engine_free(e), 0);
+
+	for (int i = 1; i < 9; i++) {
+		assert_int_equal(atomic_load(&t[i].result), 4096);
+		assert_true(file_holds(f.fd, (uint64_t)i * 4096, buf[i]));
+	}
+	tfile_close(&f);
+}
+
 static void test_bad_input(void **state)
 {
 	struct folio_engine *e = NULL;
@@ -663,6 +798,8 @@ int main(void)
 		cmocka_unit_test(test_tiny_ring),
 		FE_TEST(bad_requests),
 		FE_ON_BOTH(durable),
+		FE_ON_BOTH(waited),
+		cmocka_unit_test(test_waited_deferred),
 		cmocka_unit_test(test_bad_input),
 	};
 	return cmocka_run_group_tests(tests, fe_group_setup, fe_group_teardown);

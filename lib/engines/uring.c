@@ -25,6 +25,15 @@
  * woken for requests they do not wait for. A waiter with nothing of its
  * own in flight helps the other rings without blocking and returns.
  *
+ * A request the library marks FOLIO_IO_WAITED, whose submitter waits for
+ * it next, that finds its shard with nothing in flight is held out of the
+ * ring ("deferred") and transferred with preadv/pwritev by the first
+ * thread that would otherwise sleep for it: the submitter's wait(), a
+ * drain (flush, truncate, destroy), or another thread helping. Alone,
+ * the ring would cost that thread a submission, a sleep and a wakeup;
+ * the next request of the shard instead puts it into the ring ahead of
+ * itself, so a batch still goes to the kernel together.
+ *
  * Admission: at most cq_entries requests are in a ring or queued for it,
  * so its completion queue cannot overflow. Requests beyond that wait in
  * the shard's FIFO backlog and enter the ring as completions make room;
@@ -129,7 +138,13 @@ struct ushard {
 	uint64_t nreq;      /* accepted requests whose callback has not
 			     * returned yet */
 	bool reaper;
-	unsigned drainers;  /* threads sleeping on cv for another's reaping */
+	/* A FOLIO_IO_WAITED request that found the shard idle, held out of
+	 * the ring: the next wait(), drain or helper writes it inline, or
+	 * the next request puts it into the ring ahead of itself. */
+	struct ureq *deferred;
+	unsigned running_inline; /* deferred requests being transferred */
+	unsigned drainers;  /* threads sleeping on cv for another's reaping
+			     * or inline transfer */
 	pthread_cond_t cv;  /* progress, signalled only when drainers */
 	atomic_bool ready;  /* ring and lock set up (release/acquire) */
 };
@@ -540,6 +555,50 @@ static bool may_reap(const struct ushard *s)
 	return !s->c->use_thread || uring_thread_self == s->c;
 }
 
+/* Put shard s's deferred request into the ring (lock held): a request
+ * behind it is coming, and the two go to the kernel together. */
+static void undefer_locked(struct ushard *s)
+{
+	struct ureq *r = s->deferred;
+	s->deferred = NULL;
+	if (s->backlog.head || !uring_queue_locked(s, r))
+		fifo_push(&s->backlog, r);
+}
+
+/*
+ * Transfer shard s's deferred request in this thread and deliver it
+ * (lock held on entry and on return, dropped meanwhile). It stays on the
+ * in-flight list until transferred, so that a drain of the shard still
+ * waits for it (running_inline tells drains to sleep on cv for it).
+ */
+static void run_deferred_locked(struct ushard *s)
+{
+	struct ureq *r = s->deferred;
+	struct folio_io *io = r->io;
+	const struct engine_fd *f = &s->c->f;
+	s->deferred = NULL;
+	s->running_inline++;
+	pthread_mutex_unlock(&s->lock);
+	ssize_t res = engine_fd_rw(f->fd, f->direct, io);
+	int barrier = r->durable && res == (ssize_t)io->len
+			      ? engine_fd_datasync(f->fd) : 0;
+	pthread_mutex_lock(&s->lock);
+	list_unlink(&s->inflight[io->op], r);
+	s->running_inline--;
+	pthread_mutex_unlock(&s->lock);
+
+	struct engine_own saved = engine_own_enter(&uring_own, s, 1);
+	io->engine_data = NULL;
+	ureq_free(r);
+	engine_complete(io, res, barrier);
+	engine_own_leave(&uring_own, saved);
+
+	pthread_mutex_lock(&s->lock);
+	s->nreq--;
+	if (s->drainers)
+		pthread_cond_broadcast(&s->cv);
+}
+
 /* ---- callbacks ------------------------------------------------------ */
 
 static int uring_submit(void *arg, struct folio_io *io)
@@ -583,10 +642,15 @@ static int uring_submit(void *arg, struct folio_io *io)
 	io->engine_data = r;
 	r->seq = ++s->seq;
 	list_append(&s->inflight[io->op], r);
-	s->nreq++;
-	/* Behind any backlog, so that requests keep their order. */
-	if (s->backlog.head || !uring_queue_locked(s, r))
-		fifo_push(&s->backlog, r);
+	if (!s->nreq++ && (io->flags & FOLIO_IO_WAITED)) {
+		s->deferred = r;
+	} else {
+		if (s->deferred)
+			undefer_locked(s);
+		/* Behind any backlog, so that requests keep their order. */
+		if (s->backlog.head || !uring_queue_locked(s, r))
+			fifo_push(&s->backlog, r);
+	}
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 }
@@ -608,6 +672,11 @@ static int shard_help(struct ushard *s)
 {
 	if (pthread_mutex_trylock(&s->lock))
 		return 0;
+	if (s->deferred) {
+		run_deferred_locked(s);
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	}
 	uring_refill_locked(s);
 	int ret = uring_submit_locked(s);
 	if (ret == -EAGAIN || ret == -EBUSY)
@@ -627,6 +696,12 @@ static int uring_wait(void *arg)
 	int ret;
 
 	pthread_mutex_lock(&s->lock);
+	if (s->deferred) {
+		/* Whoever it is for, running it is progress. */
+		run_deferred_locked(s);
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	}
 	uring_refill_locked(s);
 	ret = uring_submit_locked(s);
 	if (ret == -EAGAIN || ret == -EBUSY)
@@ -686,13 +761,19 @@ static int shard_drain_older(struct ushard *s, bool reads)
 	uint64_t seq = s->seq;
 	while (!ret && (older_inflight(s, FOLIO_IO_WRITE, seq) ||
 			(reads && older_inflight(s, FOLIO_IO_READ, seq)))) {
+		if (s->deferred) {
+			run_deferred_locked(s);
+			continue;
+		}
 		uring_refill_locked(s);
 		int sub = uring_submit_locked(s);
 		if (s->in_kernel && !s->reaper && may_reap(s)) {
 			int r = uring_reap(s, true);
 			ret = r < 0 ? r : 0;
-		} else if (s->in_kernel && (s->reaper || s->c->use_thread)) {
-			/* Whoever reaps signals: we hold no role. */
+		} else if ((s->in_kernel && (s->reaper || s->c->use_thread)) ||
+			   s->running_inline) {
+			/* Whoever reaps or transfers inline signals: we
+			 * hold no role. */
 			s->drainers++;
 			pthread_cond_wait(&s->cv, &s->lock);
 			s->drainers--;
@@ -764,6 +845,10 @@ static void uring_drain_locked(struct ushard *s)
 	/* The completion thread keeps the role even with nothing in
 	 * flight; anyone else holding it is about to see a CQE. */
 	while (s->nreq || (s->reaper && !s->c->use_thread)) {
+		if (s->deferred) {
+			run_deferred_locked(s);
+			continue;
+		}
 		uring_refill_locked(s);
 		uring_submit_locked(s);
 		if (s->in_kernel && !s->reaper && may_reap(s)) {
