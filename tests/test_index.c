@@ -233,6 +233,73 @@ static void test_edges(void **state)
 }
 
 /* Entries stored in the root itself, growth above them, and shrinking. */
+/*
+ * One entry pointer stored at several ranges of one node, next to each
+ * other and inside each other's alignment: an entry's size and first slot
+ * come from the node's sibling word, never from comparing pointers, so
+ * each range keeps its own order through finds, tags, lookups and a
+ * remove of its neighbour.
+ */
+static void test_same_entry_twice(void **state)
+{
+	(void)state;
+	struct index_tree idx;
+	index_init(&idx);
+	void *e = fake(7);
+	/* Slots [0,2) [2,4) [4,8) [8,9) [16,32) [32,64) of one leaf. */
+	static const struct {
+		uint64_t first;
+		unsigned order;
+	} r[] = {{0, 1}, {2, 1}, {4, 2}, {8, 0}, {16, 4}, {32, 5}};
+	enum { NR = sizeof(r) / sizeof(r[0]) };
+	for (unsigned k = 0; k < NR; k++)
+		assert_int_equal(index_insert(&idx, r[k].first, r[k].order, e),
+				 0);
+	check_verify(&idx);
+	assert_int_equal(index_tag_set(&idx, 2, 1, INDEX_TAG_DIRTY), 0);
+	for (int pass = 0; pass < 2; pass++) {
+		uint64_t key = 0;
+		unsigned order, k = pass;
+		while (index_find(&idx, &key, 63, &order)) {
+			assert_true(k < NR);
+			assert_int_equal(key, r[k].first);
+			assert_int_equal(order, r[k].order);
+			key += UINT64_C(1) << order;
+			k++;
+		}
+		assert_int_equal(k, NR);
+		for (uint64_t key2 = 0; key2 < 64; key2++) {
+			bool covered = key2 < 9 || key2 >= 16;
+			bool gone = pass && key2 < 2;
+			assert_ptr_equal(index_lookup(&idx, key2),
+					 covered && !gone ? e : NULL);
+			/* A find from inside a range reports the range. */
+			uint64_t at = key2;
+			if (covered && !gone) {
+				assert_ptr_equal(index_find(&idx, &at, 63,
+							    &order), e);
+				assert_true(at <= key2 &&
+					    key2 < at + (UINT64_C(1) << order));
+			}
+		}
+		key = 0;
+		assert_ptr_equal(index_find_tagged(&idx, &key, 63,
+						   INDEX_TAG_DIRTY, &order), e);
+		assert_int_equal(key, 2);
+		assert_int_equal(order, 1);
+		/* Second pass: without the first range. */
+		if (!pass) {
+			assert_ptr_equal(index_remove(&idx, 0, 1), e);
+			check_verify(&idx);
+			assert_null(index_remove(&idx, 2, 2)); /* not a range */
+		}
+	}
+	for (unsigned k = 1; k < NR; k++)
+		assert_ptr_equal(index_remove(&idx, r[k].first, r[k].order), e);
+	assert_int_equal(index_count(&idx), 0);
+	index_destroy(&idx);
+}
+
 static void test_root_level_growth_shrink(void **state)
 {
 	struct index_tree idx;
@@ -1331,6 +1398,7 @@ int main(void)
 		cmocka_unit_test(test_empty),
 		cmocka_unit_test(test_bad_input),
 		cmocka_unit_test(test_edges),
+		cmocka_unit_test(test_same_entry_twice),
 		cmocka_unit_test(test_root_level_growth_shrink),
 		cmocka_unit_test(test_enomem),
 		cmocka_unit_test(test_drop_prune),

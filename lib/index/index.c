@@ -46,25 +46,25 @@ static inline uintptr_t make_node(struct index_node *n)
 	return (uintptr_t)n | SLOT_NODE;
 }
 
-static inline uintptr_t make_sib(unsigned head, unsigned log_n)
+/* What an entry's slots other than its first hold. */
+static inline uintptr_t make_sib(uintptr_t entry)
 {
-	return ((uintptr_t)head << 8) | ((uintptr_t)log_n << 2) | SLOT_SIB;
-}
-
-static inline unsigned sib_head(uintptr_t v)
-{
-	return (unsigned)(v >> 8) & SLOT_MASK;
-}
-
-static inline unsigned sib_log(uintptr_t v)
-{
-	return (unsigned)(v >> 2) & 7u;
+	return entry | SLOT_SIB;
 }
 
 /* n consecutive bits from bit i; entries fill at most 32 slots. */
 static inline uint64_t bits(unsigned i, unsigned n)
 {
 	return ((UINT64_C(1) << n) - 1) << i;
+}
+
+/* The first slot of the entry whose other slot j is (n->sibs bit j):
+ * the nearest slot at or below j that is not another slot. */
+static inline unsigned sib_head(const struct index_node *n, unsigned j)
+{
+	uint64_t below = j == INDEX_NODE_SLOTS - 1 ? ALL_BITS
+						   : bits(0, j + 1);
+	return 63u - (unsigned)__builtin_clzll(~n->sibs & below);
 }
 
 static inline unsigned level_of(unsigned order)
@@ -77,15 +77,16 @@ static inline unsigned slot_of(uint64_t key, unsigned shift)
 	return (unsigned)(key >> shift) & SLOT_MASK;
 }
 
-/* log2 of the number of slots the entry whose first slot is i fills. */
+/* log2 of the number of slots the entry whose first slot is i fills:
+ * its other slots are the run of sibling bits right after i (a power of
+ * two less one, at most 31). */
 static inline unsigned entry_log_slots(const struct index_node *n, unsigned i)
 {
-	if (i + 1 < INDEX_NODE_SLOTS) {
-		uintptr_t next = n->slots[i + 1];
-		if (slot_is_sib(next) && sib_head(next) == i)
-			return sib_log(next);
-	}
-	return 0;
+	if (i + 1 >= INDEX_NODE_SLOTS)
+		return 0;
+	/* Never zero: the shift brings in a clear top bit. */
+	unsigned run = (unsigned)__builtin_ctzll(~(n->sibs >> (i + 1)));
+	return (unsigned)__builtin_ctz(run + 1);
 }
 
 static bool valid_range(uint64_t first, unsigned order)
@@ -174,6 +175,7 @@ static struct index_node *node_alloc(const struct index_tree *idx)
 	for (unsigned t = 0; t < INDEX_TAG_COUNT; t++)
 		atomic_init(&n->tags[t], 0);
 	atomic_init(&n->up, 0);
+	n->sibs = 0;
 	memset(n->slots, 0, sizeof(n->slots));
 	return n;
 }
@@ -468,8 +470,9 @@ int index_insert(struct index_tree *idx, uint64_t first, unsigned order,
 	 * goes on to the head. */
 	slot_publish(n, i, (uintptr_t)entry);
 	for (unsigned k = 1; k < nslots; k++)
-		slot_publish(n, i + k, make_sib(i, log_n));
+		slot_publish(n, i + k, make_sib((uintptr_t)entry));
 	n->present |= bits(i, nslots);
+	n->sibs |= bits(i + 1, nslots - 1);
 	idx->count++;
 	return 0;
 }
@@ -500,9 +503,12 @@ void *index_remove(struct index_tree *idx, uint64_t first, unsigned order)
 	unsigned nslots = 1u << (order - level_of(order));
 	uint64_t mask = bits((unsigned)i, nslots);
 
-	for (unsigned k = 0; k < nslots; k++)
+	/* The other slots before the first: a lookup that reads one
+	 * still finds the entry whole (index_walk()). */
+	for (unsigned k = nslots; k-- > 0;)
 		slot_publish(n, (unsigned)i + k, 0);
 	n->present &= ~mask;
+	n->sibs &= ~mask;
 	for (unsigned t = 0; t < INDEX_TAG_COUNT; t++)
 		tag_clear_bits(n, t, mask);
 	idx->count--;
@@ -567,8 +573,8 @@ static void *find_common(const struct index_tree *idx, uint64_t *keyp,
 			if (slot_is_sib(v)) {
 				/* Only reachable when `key` falls inside a
 				 * multi-slot entry: report the whole entry. */
-				head = sib_head(v);
-				v = n->slots[head];
+				head = sib_head(n, j);
+				v -= SLOT_SIB;
 			}
 			*keyp = base + ((uint64_t)head << shift);
 			if (order)
@@ -853,31 +859,33 @@ static int verify_node(const struct index_node *n, unsigned shift,
 			}
 			continue;
 		}
+		bool sib_bit = (n->sibs >> i) & 1;
+		if (slot_is_sib(v) != sib_bit)
+			return VFAIL();
 		if (slot_is_sib(v)) {
-			unsigned h = sib_head(v), ln = sib_log(v);
-			if (h >= i || i >= h + (1u << ln))
-				return VFAIL();
-			uintptr_t hv = n->slots[h];
-			if (v != make_sib(h, ln) || !hv || (hv & SLOT_KIND))
+			/* Checked with its first slot, below; never the
+			 * first slot of a node. */
+			if (!i)
 				return VFAIL();
 			continue;
 		}
 		if (v & SLOT_KIND)
 			return VFAIL();
-		/* An entry head: its back-references must follow, fill
-		 * exactly 2^log slots, and share its tags. */
+		/* An entry's first slot: its other slots must follow, fill
+		 * exactly 2^log slots, name it, and share its tags. */
+		unsigned run = (unsigned)__builtin_ctzll(
+			~(i + 1 < INDEX_NODE_SLOTS ? n->sibs >> (i + 1) : 0));
+		unsigned cnt = run + 1;
+		if (cnt & (cnt - 1))
+			return VFAIL();
 		unsigned ln = entry_log_slots(n, i);
-		unsigned cnt = 1u << ln;
-		if (ln > 5 || (i & (cnt - 1)) || i + cnt > INDEX_NODE_SLOTS)
+		if (cnt != 1u << ln || ln > 5 || (i & (cnt - 1)) ||
+		    i + cnt > INDEX_NODE_SLOTS)
 			return VFAIL();
 		for (unsigned k = 1; k < cnt; k++) {
-			if (n->slots[i + k] != make_sib(i, ln))
+			if (n->slots[i + k] != make_sib(v))
 				return VFAIL();
 		}
-		if (i + cnt < INDEX_NODE_SLOTS &&
-		    slot_is_sib(n->slots[i + cnt]) &&
-		    sib_head(n->slots[i + cnt]) == i)
-			return VFAIL();
 		if (shift + ln > INDEX_MAX_ORDER)
 			return VFAIL();
 		for (unsigned t = 0; t < INDEX_TAG_COUNT; t++) {

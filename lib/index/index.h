@@ -10,7 +10,10 @@
  * each cover 2^shift keys (shift is a multiple of 6). An entry of order o
  * lives in the highest level whose slot span fits, shift = 6 * (o / 6),
  * where it fills 2^(o - shift) consecutive slots (1..32) of one node: the
- * first holds the entry, the others point back to it. A lookup of any key
+ * first holds the entry, the others the entry tagged INDEX_SLOT_SIB (and
+ * their bits in the node's `sibs` word say which slots those are, so the
+ * writers find an entry's head and size without comparing pointers).
+ * A lookup of any key
  * the entry covers therefore stops at that level: at most 11 steps for
  * 64-bit keys, 4 for keys below 2^24, 9 for keys below 2^54 (file
  * positions up to 2^62 with 512-byte blocks).
@@ -21,10 +24,11 @@
  * a clear bit, so a pass costs in proportion to the tagged entries, not
  * to all entries.
  *
- * Memory: a node is INDEX_NODE_BYTES = 552 bytes on LP64 (64 slot
- * pointers, a presence word, three tag words, the `up` flags; the level is
+ * Memory: a node is INDEX_NODE_BYTES = 560 bytes on LP64 (64 slot
+ * pointers, a presence word, three tag words, the sibling word, the `up`
+ * flags; the level is
  * implied by the depth, never stored). Dense single-key entries fill
- * leaves completely: 10^6 of them take 15,875 nodes = 8.8 MB, about 8.8
+ * leaves completely: 10^6 of them take 15,875 nodes = 8.9 MB, about 8.9
  * bytes per entry.
  * Sparse keys cost more: a lone key costs a chain of nodes down to the
  * leaf.
@@ -98,8 +102,12 @@ struct index_node {
 	 * Set only after the parent's bit, cleared (under the exclusive
 	 * lock) before it. */
 	_Atomic unsigned up;
-	/* Encoded: entry pointer, node pointer | 1, or a back-reference to
-	 * the first slot of a multi-slot entry (see index.c). */
+	/* Bit i: slot i is a multi-slot entry's slot other than its first
+	 * (exclusive writers only; lock-free lookups need not read it). */
+	uint64_t sibs;
+	/* Encoded: entry pointer (the first slot of an entry), node pointer
+	 * | INDEX_SLOT_NODE, or entry pointer | INDEX_SLOT_SIB (its other
+	 * slots). */
 	uintptr_t slots[INDEX_NODE_SLOTS];
 };
 
@@ -189,8 +197,9 @@ void *index_lookup_slot(const struct index_tree *idx, uint64_t key,
  * write paths (mapping/read.c, lookup.c) walk without a call, whose
  * saves and restores of what they keep live cost about what the walk
  * does. A slot holds an entry pointer (4-byte aligned), a node pointer
- * | INDEX_SLOT_NODE, or a back-reference | INDEX_SLOT_SIB to the head
- * slot of a multi-slot entry (head in bits 8..13, see index.c).
+ * | INDEX_SLOT_NODE, or an entry pointer | INDEX_SLOT_SIB in the other
+ * slots of a multi-slot entry: the walk ends on any slot of an entry
+ * with the entry in hand, no second load. Never both bits.
  */
 #define INDEX_SLOT_NODE 1u
 #define INDEX_SLOT_SIB 2u
@@ -225,22 +234,16 @@ static inline void *index_walk(const struct index_tree *idx, uint64_t key,
 	for (;;) {
 		unsigned i = (unsigned)(key >> shift) & INDEX_SLOT_MASK;
 		uintptr_t v = __atomic_load_n(&n->slots[i], __ATOMIC_ACQUIRE);
-		if ((v & INDEX_SLOT_KIND) == INDEX_SLOT_NODE) {
+		if (v & INDEX_SLOT_NODE) {
 			n = (const struct index_node *)(v - INDEX_SLOT_NODE);
 			shift -= INDEX_NODE_SHIFT;
 			continue;
 		}
-		if ((v & INDEX_SLOT_KIND) == INDEX_SLOT_SIB) {
-			i = (unsigned)(v >> 8) & INDEX_SLOT_MASK;
-			v = __atomic_load_n(&n->slots[i], __ATOMIC_ACQUIRE);
-			/* The entry went away after its back-reference was
-			 * read, or a new one is half built: a head slot
-			 * holds an entry or nothing. */
-			if (v & INDEX_SLOT_KIND)
-				return NULL;
-		}
+		/* An entry's other slots are published after its first and
+		 * cleared before it: one read here names an entry that was
+		 * wholly in the index at that instant. */
 		*slot = &n->slots[i];
-		return (void *)v;
+		return (void *)(v & ~(uintptr_t)INDEX_SLOT_SIB);
 	}
 }
 
@@ -255,8 +258,10 @@ static inline void *index_lookup_inline(const struct index_tree *idx,
 static inline bool index_slot_holds(const uintptr_t *slot, const void *entry)
 {
 	/* Only an empty node leaves the tree, and a lowered root holds no
-	 * entry: a slot that still holds the entry is still in the index. */
-	return __atomic_load_n(slot, __ATOMIC_ACQUIRE) == (uintptr_t)entry;
+	 * entry: a slot that still holds the entry (as its first slot or
+	 * another, which goes before the first) is still in the index. */
+	return (__atomic_load_n(slot, __ATOMIC_ACQUIRE) &
+		~(uintptr_t)INDEX_SLOT_SIB) == (uintptr_t)entry;
 }
 
 /*
