@@ -196,6 +196,30 @@ static void test_io_bad_input(void **state)
 	assert_int_equal(st.bytes_written, 0);
 }
 
+/* Bad reads over cached data, which a read serves without a lock (and
+ * without the checked path) when its arguments allow: the same errors,
+ * and reads reaching EOF still cut there. */
+static void test_read_bad_input_cached(void **state)
+{
+	struct fixture *fx = *state;
+	struct folio_mapping *m = fx->map;
+	char buf[16] = {0};
+	assert_int_equal(folio_mapping_truncate(m, 0), 0);
+	assert_int_equal(folio_mapping_write(m, buf, 16, 0), 16);
+	assert_int_equal(folio_mapping_read(m, NULL, 1, 0), -EINVAL);
+	assert_int_equal(folio_mapping_read(m, NULL, 0, 0), 0);
+	assert_int_equal(folio_mapping_read(m, buf, SIZE_MAX, 0), -EFBIG);
+	assert_int_equal(folio_mapping_read(m, buf,
+					    (size_t)(UINT64_C(1) << 62), 8),
+			 -EFBIG);
+	assert_int_equal(folio_mapping_read(m, buf, 1, UINT64_MAX), -EFBIG);
+	assert_int_equal(folio_mapping_read(m, buf, 0, 4), 0);
+	assert_int_equal(folio_mapping_read(m, buf, 16, 0), 16);
+	assert_int_equal(folio_mapping_read(m, buf, 16, 8), 8);
+	assert_int_equal(folio_mapping_read(m, buf, 1, 16), 0);
+	assert_int_equal(folio_mapping_size(m), 16);
+}
+
 /* A write into a folio whose blocks are not cached reads only the partly
  * covered edge blocks, one request per contiguous run. */
 static void test_rmw_accounting(void **state)
@@ -1095,6 +1119,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_new_bad_input),
 		cmocka_unit_test_setup_teardown(test_io_bad_input, setup_1m,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_read_bad_input_cached, setup_1m,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_rmw_accounting, setup_1m,
 						teardown),
