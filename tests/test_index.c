@@ -405,7 +405,8 @@ static void *failing_alloc(void *arg)
 	unsigned *countdown = arg;
 	if (*countdown && --*countdown == 0)
 		return NULL;
-	return malloc(INDEX_NODE_BYTES);
+	void *p;
+	return posix_memalign(&p, INDEX_NODE_ALIGN, INDEX_NODE_BYTES) ? NULL : p;
 }
 
 static void failing_free(void *node, void *arg)

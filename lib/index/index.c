@@ -6,12 +6,11 @@
  *   0            empty
  *   ptr | 00     an entry (insert refuses entries not 4-byte aligned)
  *   ptr | 01     a child node
- *   ... | 10     a back-reference inside a multi-slot entry: bits 8..13
- *                hold the slot of the entry's first slot and bits 2..4 the
- *                log2 of its slot count, so both the owner and the order
- *                are known from any slot in one step.
+ *   ptr | 10     a multi-slot entry's other slots (the entry itself, so
+ *                a lookup landing there needs no second load)
  * An entry's order follows from the level and, for a multi-slot entry,
- * the back-reference in the slot after the first.
+ * the run of bits after its first slot in the node's `sibs` word, which
+ * also gives any other slot's first slot.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -142,7 +141,6 @@ static inline void slot_publish(struct index_node *n, unsigned i, uintptr_t v)
 	__atomic_store_n(&n->slots[i], v, __ATOMIC_RELEASE);
 }
 
-#define TOP_LEVEL_MASK INDEX_TOP_LEVEL_MASK
 
 /* The root and its level change together for a lock-free lookup. */
 static void set_root(struct index_tree *idx, struct index_node *root,
@@ -151,24 +149,24 @@ static void set_root(struct index_tree *idx, struct index_node *root,
 	idx->root = root;
 	idx->shift = shift;
 	__atomic_store_n(&idx->top,
-			 (uintptr_t)root | (uintptr_t)(shift / INDEX_NODE_SHIFT),
+			 (uintptr_t)root | (uintptr_t)shift,
 			 __ATOMIC_RELEASE);
 }
 
 static struct index_node *node_alloc(const struct index_tree *idx)
 {
-	struct index_node *n = idx->alloc ? idx->alloc->alloc(idx->alloc->arg)
-					  : malloc(sizeof(*n));
+	void *p = NULL;
+	if (idx->alloc)
+		p = idx->alloc->alloc(idx->alloc->arg);
+	else if (posix_memalign(&p, INDEX_NODE_ALIGN, sizeof(struct index_node)))
+		p = NULL;
+	struct index_node *n = p;
 	if (!n)
 		return NULL;
-	/* The root's level shares its word (set_root()); malloc's
-	 * alignment is 16 on every LP64 ABI, an allocator that gives less
-	 * breaks its contract and is refused rather than trusted. */
-	if ((uintptr_t)n & TOP_LEVEL_MASK) {
-		if (idx->alloc)
-			idx->alloc->free(n, idx->alloc->arg);
-		else
-			free(n);
+	/* The root's shift shares its word (set_root()): an allocator that
+	 * breaks its contract is refused rather than trusted. */
+	if (idx->alloc && ((uintptr_t)n & INDEX_TOP_SHIFT_MASK)) {
+		idx->alloc->free(n, idx->alloc->arg);
 		return NULL;
 	}
 	n->present = 0;

@@ -83,6 +83,11 @@
 #define INDEX_MAX_LEVELS 11u
 
 struct index_node {
+	/* Encoded: entry pointer (the first slot of an entry), node pointer
+	 * | INDEX_SLOT_NODE, or entry pointer | INDEX_SLOT_SIB (its other
+	 * slots). First in the node, so that a walk addresses a slot as
+	 * node + 8 * i, with no offset to add. */
+	uintptr_t slots[INDEX_NODE_SLOTS];
 	union {
 		struct {
 			uint64_t present; /* bit i: slot i is not empty */
@@ -105,10 +110,6 @@ struct index_node {
 	/* Bit i: slot i is a multi-slot entry's slot other than its first
 	 * (exclusive writers only; lock-free lookups need not read it). */
 	uint64_t sibs;
-	/* Encoded: entry pointer (the first slot of an entry), node pointer
-	 * | INDEX_SLOT_NODE, or entry pointer | INDEX_SLOT_SIB (its other
-	 * slots). */
-	uintptr_t slots[INDEX_NODE_SLOTS];
 };
 
 #define INDEX_NODE_BYTES sizeof(struct index_node)
@@ -123,9 +124,13 @@ static inline uint64_t index_entry_mask(uint64_t first, unsigned order)
 	return ((UINT64_C(1) << (1u << (order - level))) - 1) << slot;
 }
 
+/* Node alignment: the root's shift (at most 60) fits below its pointer
+ * in index_tree.top. */
+#define INDEX_NODE_ALIGN 64u
+
 /*
- * Where an index gets its nodes (INDEX_NODE_BYTES each, aligned like
- * malloc's) and returns them. alloc returns NULL on failure, which
+ * Where an index gets its nodes (INDEX_NODE_BYTES each, aligned to
+ * INDEX_NODE_ALIGN: a node that is not is refused) and returns them. alloc returns NULL on failure, which
  * index_insert() reports as -ENOMEM with nothing changed. Tests pass one
  * that fails on purpose; the library uses malloc and free.
  */
@@ -139,9 +144,9 @@ struct index_allocator {
 struct index_tree {
 	struct index_node *root; /* NULL when empty */
 	unsigned shift;          /* level of the root node */
-	/* root | shift / 6, published with a release store whenever either
+	/* root | shift, published with a release store whenever either
 	 * changes: the one word a lock-free lookup starts from (nodes are
-	 * 16-byte aligned, so the level fits below the pointer). */
+	 * INDEX_NODE_ALIGN-aligned, so the shift fits below the pointer). */
 	uintptr_t top;
 	/* Lookups run lock-free (index_set_lockless()): unlinked nodes are
 	 * freed after a grace period. */
@@ -205,8 +210,8 @@ void *index_lookup_slot(const struct index_tree *idx, uint64_t key,
 #define INDEX_SLOT_SIB 2u
 #define INDEX_SLOT_KIND 3u
 #define INDEX_SLOT_MASK (INDEX_NODE_SLOTS - 1u)
-/* idx->top: the root | its level (shift / INDEX_NODE_SHIFT). */
-#define INDEX_TOP_LEVEL_MASK ((uintptr_t)15)
+/* idx->top: the root | its shift. */
+#define INDEX_TOP_SHIFT_MASK ((uintptr_t)INDEX_NODE_ALIGN - 1)
 
 /* Whether key lies past everything a node at `shift` (at most 60) spans.
  * Two shifts rather than one by shift + 6: a node at shift 60 spans the
@@ -225,9 +230,8 @@ static inline void *index_walk(const struct index_tree *idx, uint64_t key,
 	 * new, and an old node stays valid until its grace period ends. */
 	uintptr_t top = __atomic_load_n(&idx->top, __ATOMIC_ACQUIRE);
 	const struct index_node *n =
-		(const struct index_node *)(top & ~INDEX_TOP_LEVEL_MASK);
-	unsigned shift =
-		(unsigned)(top & INDEX_TOP_LEVEL_MASK) * INDEX_NODE_SHIFT;
+		(const struct index_node *)(top & ~INDEX_TOP_SHIFT_MASK);
+	unsigned shift = (unsigned)(top & INDEX_TOP_SHIFT_MASK);
 
 	if (!n || index_beyond_node(key, shift))
 		return NULL;
