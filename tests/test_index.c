@@ -467,8 +467,8 @@ static void test_enomem(void **state)
 	index_destroy(&idx);
 }
 
-static struct index_node *node_of(const struct index_tree *idx,
-				  uint64_t first, unsigned order);
+static struct index_place place_of(const struct index_tree *idx,
+				   uint64_t first, unsigned order);
 
 /* Lock-free drops leave stale bits above, which only cost finds time
  * until a prune; lock-free sets go through `up` or fall back. */
@@ -479,22 +479,22 @@ static void test_drop_prune(void **state)
 	index_init(&idx);
 	assert_int_equal(index_insert(&idx, k1, 0, fake(1)), 0);
 	assert_int_equal(index_insert(&idx, k2, 0, fake(2)), 0);
-	struct index_node *n1 = node_of(&idx, k1, 0);
-	struct index_node *n2 = node_of(&idx, k2, 0);
-	assert_ptr_not_equal(n1, n2);
+	struct index_place n1 = place_of(&idx, k1, 0);
+	struct index_place n2 = place_of(&idx, k2, 0);
+	assert_ptr_not_equal(n1.node, n2.node);
 
 	/* Nothing above n2 carries DIRTY yet: the fast set must say so. */
-	assert_false(index_tag_set_fast(n2, k2, 0, INDEX_TAG_DIRTY));
+	assert_false(index_tag_set_fast(n2, INDEX_TAG_DIRTY));
 	assert_int_equal(index_tag_set(&idx, k2, 0, INDEX_TAG_DIRTY), 0);
 	check_verify(&idx);
 	/* Now it is a single RMW. */
-	index_tag_drop(n2, k2, 0, INDEX_TAG_DIRTY);
-	assert_true(index_tag_set_fast(n2, k2, 0, INDEX_TAG_DIRTY));
+	index_tag_drop(n2, INDEX_TAG_DIRTY);
+	assert_true(index_tag_set_fast(n2, INDEX_TAG_DIRTY));
 	assert_true(index_tag_get(&idx, k2, INDEX_TAG_DIRTY));
 	check_verify(&idx);
 
-	index_tag_drop(n2, k2, 0, INDEX_TAG_DIRTY);
-	index_tag_drop(n1, k1, 0, INDEX_TAG_DIRTY); /* was not set */
+	index_tag_drop(n2, INDEX_TAG_DIRTY);
+	index_tag_drop(n1, INDEX_TAG_DIRTY); /* was not set */
 	assert_false(index_tag_get(&idx, k2, INDEX_TAG_DIRTY));
 	uint64_t key = 0;
 	assert_null(index_find_tagged(&idx, &key, UINT64_MAX, INDEX_TAG_DIRTY,
@@ -512,7 +512,7 @@ static void test_drop_prune(void **state)
 	check_verify(&idx);
 	assert_false(index_any_tagged(&idx, INDEX_TAG_DIRTY));
 	/* The prune took `up` away: the next fast set falls back. */
-	assert_false(index_tag_set_fast(n2, k2, 0, INDEX_TAG_DIRTY));
+	assert_false(index_tag_set_fast(n2, INDEX_TAG_DIRTY));
 	assert_int_equal(index_tag_set(&idx, k2, 0, INDEX_TAG_DIRTY), 0);
 	check_verify(&idx);
 
@@ -667,10 +667,10 @@ static void check_window(const struct index_tree *idx, const struct model *m,
 	}
 }
 
-/* The node holding the entry [first, first + 2^order), from a batch find
- * of every entry. */
-static struct index_node *node_of(const struct index_tree *idx,
-				  uint64_t first, unsigned order)
+/* Where the entry [first, first + 2^order) sits, from a batch find of
+ * every entry. */
+static struct index_place place_of(const struct index_tree *idx,
+				   uint64_t first, unsigned order)
 {
 	struct index_hit h;
 	uint64_t key = first;
@@ -678,7 +678,9 @@ static struct index_node *node_of(const struct index_tree *idx,
 			 1);
 	assert_int_equal(h.first, first);
 	assert_int_equal(h.order, order);
-	return h.node;
+	/* The entry's bits in its node: what its tag changes touch. */
+	assert_int_equal(h.at.mask, index_entry_mask(first, order));
+	return h.at;
 }
 
 /* Batch finds of up to `max` must return what single finds return. */
@@ -820,9 +822,9 @@ static void test_model(void **state)
 			struct rec *rc = &m.r[i];
 			/* Half through the node, as writeback does. */
 			if (test_rand_below(&rng, 2) ||
-			    !index_tag_set_fast(node_of(&idx, rc->first,
-							rc->order),
-						rc->first, rc->order, t))
+			    !index_tag_set_fast(place_of(&idx, rc->first,
+							 rc->order),
+						t))
 				assert_int_equal(index_tag_set(&idx, rc->first,
 							       rc->order, t),
 						 0);
@@ -840,9 +842,9 @@ static void test_model(void **state)
 								 rc->order, t),
 						 0);
 			} else {
-				index_tag_drop(node_of(&idx, rc->first,
-						       rc->order),
-					       rc->first, rc->order, t);
+				index_tag_drop(place_of(&idx, rc->first,
+							rc->order),
+					       t);
 				counts[7]++;
 			}
 			rc->tags &= ~(1u << t);
@@ -1109,7 +1111,7 @@ static void *writer(void *arg)
 struct lf_arg {
 	struct tshared *s;
 	unsigned id;
-	struct index_node **node; /* of owned entry 4k at [k] */
+	struct index_place *at; /* of owned entry 4k at [k] */
 	/* [k]: odd while its tag is set and not dropped; every set and
 	 * drop moves it on, so a writer that reads the same odd value
 	 * before and after a look knows the tag stayed set in between. */
@@ -1134,8 +1136,8 @@ static void *lf_owner(void *arg)
 			continue;
 		struct tentry *e = &s->ent[k * 4];
 		/* No lock: the entry stays, so its node does. */
-		struct index_node *node = a->node[k];
-		if (!index_tag_set_fast(node, e->first, e->order, tag)) {
+		struct index_place at = a->at[k];
+		if (!index_tag_set_fast(at, tag)) {
 			pthread_rwlock_rdlock(&s->lock);
 			index_tag_set(&s->idx, e->first, e->order, tag);
 			pthread_rwlock_unlock(&s->lock);
@@ -1147,7 +1149,7 @@ static void *lf_owner(void *arg)
 		 * writer's prunes race with the next set. */
 		if (test_rand_below(&rng, 8)) {
 			atomic_fetch_add(&a->seq[k], 1);
-			index_tag_drop(node, e->first, e->order, tag);
+			index_tag_drop(at, tag);
 		}
 	}
 	return NULL;
@@ -1233,17 +1235,17 @@ static void run_threads_lockfree(bool lockless)
 	s->ent[LF_ENTRIES] = (struct tentry){.first = 4096, .order = 0};
 	s->ent[LF_ENTRIES + 1] = (struct tentry){.first = UINT64_C(1) << 40,
 						 .order = 3};
-	struct index_node *nodes[LF_ENTRIES / 4];
+	struct index_place places[LF_ENTRIES / 4];
 	for (unsigned i = 0; i < LF_ENTRIES; i += 4)
-		nodes[i / 4] = node_of(&s->idx, s->ent[i].first,
-				       s->ent[i].order);
+		places[i / 4] = place_of(&s->idx, s->ent[i].first,
+					 s->ent[i].order);
 	static atomic_uint seq[LF_ENTRIES / 4];
 	for (unsigned k = 0; k < LF_ENTRIES / 4; k++)
 		atomic_store(&seq[k], 0); /* from an earlier run */
-	struct lf_arg warg = {s, 0, nodes, seq};
+	struct lf_arg warg = {s, 0, places, seq};
 	assert_int_equal(pthread_create(&wr, NULL, lf_writer, &warg), 0);
 	for (unsigned i = 0; i < T_OWNERS; i++) {
-		args[i] = (struct lf_arg){s, i, nodes, seq};
+		args[i] = (struct lf_arg){s, i, places, seq};
 		assert_int_equal(pthread_create(&ow[i], NULL, lf_owner,
 						&args[i]), 0);
 	}

@@ -812,9 +812,8 @@ static void test_lookup_races(void **state)
  * inside the clear, after the look.
  */
 static struct {
-	struct index_node *node;
-	uint64_t key;
-	unsigned order, calls;
+	struct index_place at;
+	unsigned calls;
 	bool back; /* the state the tag stands for came back */
 } race;
 
@@ -824,8 +823,7 @@ static bool racing_still(const struct folio *f)
 	if (race.calls++ == 0) {
 		/* The completion: state first, then the lock-free bit. */
 		race.back = true;
-		(void)index_tag_set_fast(race.node, race.key, race.order,
-					 INDEX_TAG_UNSTABLE);
+		(void)index_tag_set_fast(race.at, INDEX_TAG_UNSTABLE);
 		return false; /* what the look saw */
 	}
 	return race.back;
@@ -856,9 +854,7 @@ static void test_tag_set_during_clear_unless(void **state)
 						   INDEX_TAG_UNSTABLE, &hit, 1),
 			 1);
 	struct folio *f = hit.entry;
-	race.node = hit.node;
-	race.key = hit.first;
-	race.order = hit.order;
+	race.at = hit.at;
 	mapping_tag_clear_unless(m, f, INDEX_TAG_UNSTABLE, racing_still);
 	pthread_rwlock_rdlock(&m->index_lock);
 	bool tagged = index_tag_get(&m->index, hit.first, INDEX_TAG_UNSTABLE);

@@ -631,7 +631,8 @@ unsigned index_find_tagged_batch(const struct index_tree *idx, uint64_t *key,
 	unsigned got = 0;
 	for (;;) {
 		hits[got].entry = e;
-		hits[got].node = (struct index_node *)(uintptr_t)n;
+		hits[got].at.node = (struct index_node *)(uintptr_t)n;
+		hits[got].at.mask = index_entry_mask(first, order);
 		hits[got].first = first;
 		hits[got].order = order;
 		got++;

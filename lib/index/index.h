@@ -331,11 +331,22 @@ int index_tag_set(struct index_tree *idx, uint64_t first, unsigned order,
 int index_tag_clear(struct index_tree *idx, uint64_t first, unsigned order,
 		    unsigned tag);
 
+/*
+ * Where an entry sits: the node holding it and the entry's bits in that
+ * node's tag words (index_entry_mask()), worked out once when the entry is
+ * found, for the lock-free tag changes below (a folio written back
+ * changes four tags through it).
+ */
+struct index_place {
+	struct index_node *node;
+	uint64_t mask;
+};
+
 /* One entry found by index_find_tagged_batch(). */
 struct index_hit {
 	void *entry;
-	struct index_node *node; /* the node holding it */
-	uint64_t first;          /* its first key */
+	struct index_place at;
+	uint64_t first; /* its first key */
 	unsigned order;
 };
 
@@ -377,23 +388,21 @@ unsigned index_find_tagged_batch(const struct index_tree *idx, uint64_t *key,
  * a racing setter wrote before its index_tag_set()); bits above may stay
  * set until index_tag_prune().
  */
-static inline bool index_tag_set_fast(struct index_node *node, uint64_t first,
-				      unsigned order, unsigned tag)
+static inline bool index_tag_set_fast(struct index_place at, unsigned tag)
 {
 	/* Sequentially consistent: see child_untagged() in index.c. It is
 	 * also the release a finder's acquire pairs with. */
-	atomic_fetch_or(&node->tags[tag], index_entry_mask(first, order));
-	return atomic_load(&node->up) & (1u << tag);
+	atomic_fetch_or(&at.node->tags[tag], at.mask);
+	return atomic_load(&at.node->up) & (1u << tag);
 }
 
-static inline void index_tag_drop(struct index_node *node, uint64_t first,
-				  unsigned order, unsigned tag)
+static inline void index_tag_drop(struct index_place at, unsigned tag)
 {
-	uint64_t mask = index_entry_mask(first, order);
 	/* A bit read clear here was never set or was set by a setter this
 	 * call then leaves alone: either way nothing a re-check needs. */
-	if (atomic_load_explicit(&node->tags[tag], memory_order_relaxed) & mask)
-		atomic_fetch_and_explicit(&node->tags[tag], ~mask,
+	if (atomic_load_explicit(&at.node->tags[tag], memory_order_relaxed) &
+	    at.mask)
+		atomic_fetch_and_explicit(&at.node->tags[tag], ~at.mask,
 					  memory_order_acq_rel);
 }
 

@@ -62,7 +62,7 @@ void mapping_mark_unstable(struct folio_mapping *m, const struct rq_seg *s,
 	size_t newly;
 	if (folio_mark_unstable(f, s->off, len, gen, failures, &newly) &
 	    FOLIO_BECAME_UNSTABLE)
-		mapping_tag_set_at(m, f, s->node, INDEX_TAG_UNSTABLE);
+		mapping_tag_set_at(m, f, s->at, INDEX_TAG_UNSTABLE);
 	mapping_cache_account(m, 0, 0, mapping_block_bytes(f, newly));
 }
 
@@ -85,13 +85,13 @@ void mapping_unstable_lost(struct folio_mapping *m, struct folio *f)
 #define SETTLE_BATCH 32
 
 /*
- * Settle one folio held in index node `node` after a flush that began in
+ * Settle one folio sitting at `at` in the index after a flush that began in
  * generation `gen` with `failures` failed flushes of the engine counted
  * (see settle_unstable()); the caller holds io_lock shared, so an
  * indexed folio stays in that node. Returns the bytes released.
  */
 static int64_t settle_folio(struct folio_mapping *m, struct folio *f,
-			    struct index_node *node, uint64_t gen,
+			    struct index_place at, uint64_t gen,
 			    uint64_t failures, bool failed)
 {
 	size_t unstable = 0;
@@ -102,7 +102,7 @@ static int64_t settle_folio(struct folio_mapping *m, struct folio *f,
 		return 0;
 	}
 	if (!r)
-		mapping_tag_drop_at(m, f, node, INDEX_TAG_UNSTABLE,
+		mapping_tag_drop_at(m, f, at, INDEX_TAG_UNSTABLE,
 				    has_unstable);
 	return mapping_block_bytes(f, unstable);
 }
@@ -123,7 +123,7 @@ static bool settle_written(struct folio_mapping *m,
 		/* Truncated since: its tags went with it. */
 		if (folio_test_removed(f))
 			continue;
-		*released += settle_folio(m, f, written->v[i].node, gen,
+		*released += settle_folio(m, f, written->v[i].at, gen,
 					  failures, false);
 		uint64_t key = mapping_key(m, f->pos);
 		first = MIN(first, key);
@@ -172,7 +172,7 @@ static void settle_unstable(struct folio_mapping *m, uint64_t gen,
 		seen = true;
 		for (unsigned i = 0; i < n; i++) {
 			released += settle_folio(m, hits[i].entry,
-						 hits[i].node, gen, failures,
+						 hits[i].at, gen, failures,
 						 failed);
 			folio_put(hits[i].entry);
 		}

@@ -16,7 +16,7 @@ void folio_list_init(struct folio_list *l)
 }
 
 void folio_list_add_grow(struct folio_list *l, struct folio *f,
-			 struct index_node *node)
+			 struct index_place at)
 {
 	if (l->incomplete)
 		return;
@@ -34,7 +34,7 @@ void folio_list_add_grow(struct folio_list *l, struct folio *f,
 		memcpy(v, l->local, sizeof(l->local));
 	l->v = v;
 	l->cap = cap;
-	folio_list_add(l, f, node);
+	folio_list_add(l, f, at);
 }
 
 void folio_list_release(struct folio_list *l)

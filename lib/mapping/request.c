@@ -240,7 +240,7 @@ static int add_piece(struct rq_builder *b, struct folio *f, size_t off,
 	io->iov[io->nsegs].iov_base = f->data + off;
 	io->iov[io->nsegs].iov_len = len;
 	io->segs[io->nsegs].folio = f;
-	io->segs[io->nsegs].node = b->node;
+	io->segs[io->nsegs].at = b->at;
 	io->segs[io->nsegs].off = off;
 	io->segs[io->nsegs].len = len;
 	io->nsegs++;

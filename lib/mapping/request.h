@@ -13,7 +13,7 @@
 
 struct rq_seg {
 	struct folio *folio;
-	struct index_node *node; /* holding the folio (writeback) */
+	struct index_place at; /* where the folio sits (writeback) */
 	size_t off;
 	size_t len;
 };
@@ -51,9 +51,9 @@ struct rq_builder {
 	void (*end_io)(struct engine_io *rq, ssize_t result);
 	struct io_group *group;
 	struct map_cache map;
-	/* The index node of the folio being added (writeback: its
-	 * completion changes tags through it), else NULL. */
-	struct index_node *node;
+	/* Where the folio being added sits in the index (writeback: its
+	 * completion changes tags through it), else unset. */
+	struct index_place at;
 	struct mapping_io *cur;
 	/* FOLIO_IO_WAITED (or 0 when the engine does not take it) on every
 	 * request: the caller waits for the group right after the batch

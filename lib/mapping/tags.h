@@ -26,7 +26,7 @@ struct folio *mapping_next_folio(struct folio_mapping *m, uint64_t *key,
 
 /*
  * mapping_next_folio() for up to `max` folios carrying `tag`, each
- * referenced, with the index node holding it (for the *_at calls below).
+ * referenced, with where it sits in the index (for the *_at calls below).
  * Returns how many; 0 at the end of [*key, last].
  */
 unsigned mapping_next_tagged_batch(struct folio_mapping *m, uint64_t *key,
@@ -34,7 +34,8 @@ unsigned mapping_next_tagged_batch(struct folio_mapping *m, uint64_t *key,
 				   struct index_hit *hits, unsigned max);
 
 /*
- * Tag changes of a folio through the index node holding it, with no index
+ * Tag changes of a folio through where it sits in the index (the node
+ * holding it and its bits there, struct index_place), with no index
  * lock in the common case: the caller guarantees the folio stays in the
  * index meanwhile (it holds the folio lock and saw it not REMOVED, or the
  * folio is under writeback, which truncate, invalidate and reclaim wait
@@ -45,26 +46,24 @@ unsigned mapping_next_tagged_batch(struct folio_mapping *m, uint64_t *key,
  */
 void mapping_tag_set(struct folio_mapping *m, struct folio *f, unsigned tag);
 static inline void mapping_tag_set_at(struct folio_mapping *m,
-				      struct folio *f, struct index_node *node,
+				      struct folio *f, struct index_place at,
 				      unsigned tag)
 {
-	if (!index_tag_set_fast(node, mapping_key(m, f->pos),
-				mapping_folio_order(m, f), tag))
+	if (!index_tag_set_fast(at, tag))
 		mapping_tag_set(m, f, tag);
 }
 
 static inline void mapping_tag_drop_at(struct folio_mapping *m,
-				       struct folio *f,
-				       struct index_node *node, unsigned tag,
+				       struct folio *f, struct index_place at,
+				       unsigned tag,
 				       bool (*still)(const struct folio *))
 {
-	index_tag_drop(node, mapping_key(m, f->pos), mapping_folio_order(m, f),
-		       tag);
+	index_tag_drop(at, tag);
 	/* After the drop: a setter that made the state come back before
 	 * it is seen here, one that made it come back after sets the tag
 	 * after the drop (index_tag_drop()). */
 	if (still && still(f))
-		mapping_tag_set_at(m, f, node, tag);
+		mapping_tag_set_at(m, f, at, tag);
 }
 /* Clear stale tag bits (tags in mask) over keys [first, last]: one
  * exclusive index_lock acquisition for what drops left behind. */

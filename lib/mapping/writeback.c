@@ -30,13 +30,13 @@
 
 /* A folio's share of a request finished (bytes counted against its bias). */
 static void wb_folio_done(struct folio_mapping *m, struct folio *f,
-			  struct index_node *node, long long bytes)
+			  struct index_place at, long long bytes)
 {
 	if (atomic_fetch_sub(&f->wb_pending, bytes) != bytes)
 		return;
 	/* Before writeback ends: until then nothing removes the folio, so
 	 * its node stays. The bits above are pruned by a later pass. */
-	mapping_tag_drop_at(m, f, node, INDEX_TAG_WRITEBACK, NULL);
+	mapping_tag_drop_at(m, f, at, INDEX_TAG_WRITEBACK, NULL);
 	folio_end_writeback_held(f);
 	folio_put(f); /* the reference writeback took */
 }
@@ -108,7 +108,7 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 	}
 	mapping_cache_account(m, 0, -(int64_t)len, 0);
 	for (unsigned i = 0; i < io->nsegs; i++)
-		wb_folio_done(m, io->segs[i].folio, io->segs[i].node,
+		wb_folio_done(m, io->segs[i].folio, io->segs[i].at,
 			      (long long)io->segs[i].len);
 	/* Bytes that reached the store are what waiters for room or for
 	 * dirty data to drop need. Before the group drops: the pass waiting
@@ -202,14 +202,14 @@ static bool still_dirty(const struct folio *f)
 }
 
 /*
- * Write back one locked, dirty folio held by index node `node`: take its
+ * Write back one locked, dirty folio sitting at `at` in the index: take its
  * runs and queue them. The caller's reference becomes writeback's, which
  * its end drops: the folio stays valid while locked all the same, since
  * the index holds it until it is removed under its lock. Returns the
  * bytes queued.
  */
 static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
-				struct folio *f, struct index_node *node,
+				struct folio *f, struct index_place at,
 				size_t gap)
 {
 	/* EOF as of now, under the folio lock: a writer grows EOF before it
@@ -224,8 +224,8 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
 	(void)folio_trystart_writeback(f);
 	/* Before DIRTY goes: a sync that no longer finds the folio dirty
 	 * must find it under writeback. */
-	mapping_tag_set_at(m, f, node, INDEX_TAG_WRITEBACK);
-	b->node = node;
+	mapping_tag_set_at(m, f, at, INDEX_TAG_WRITEBACK);
+	b->at = at;
 
 	uint64_t queued = 0, taken = 0;
 	struct folio_range runs[RUNS_PER_TAKE];
@@ -269,12 +269,12 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
 	}
 
 	/* Dirty bits are gone: drop the tag unless a run was put back. */
-	mapping_tag_drop_at(m, f, node, INDEX_TAG_DIRTY, still_dirty);
+	mapping_tag_drop_at(m, f, at, INDEX_TAG_DIRTY, still_dirty);
 
 	/* Counted before the bias drops: completions subtract what they
 	 * finish, and the runs put back were counted by redirty(). */
 	mapping_cache_account(m, -(int64_t)taken, (int64_t)queued, 0);
-	wb_folio_done(m, f, node, bias - (long long)queued);
+	wb_folio_done(m, f, at, bias - (long long)queued);
 	return queued;
 }
 
@@ -285,7 +285,7 @@ static uint64_t writeback_folio(struct folio_mapping *m, struct rq_builder *b,
  * consumes: write it back if it still is. Returns the bytes queued. */
 static uint64_t visit_folio(struct folio_mapping *m, struct rq_builder *b,
 			    struct wb_params *p, struct folio *f,
-			    struct index_node *node)
+			    struct index_place at)
 {
 	mapping_lock_folio(m, f);
 	/* Reclaimed meanwhile (it was clean; its node may be gone), or busy
@@ -303,8 +303,8 @@ static uint64_t visit_folio(struct folio_mapping *m, struct rq_builder *b,
 		/* Before writeback_folio(): the caller's reference becomes
 		 * writeback's, which a completion may drop inside it. */
 		if (p->written)
-			folio_list_add(p->written, f, node);
-		uint64_t queued = writeback_folio(m, b, f, node, p->merge_gap);
+			folio_list_add(p->written, f, at);
+		uint64_t queued = writeback_folio(m, b, f, at, p->merge_gap);
 		/* Dirty runs taken, writeback started: nothing an
 		 * optimistic reader sees changed. */
 		folio_unlock_unchanged(f);
@@ -312,7 +312,7 @@ static uint64_t visit_folio(struct folio_mapping *m, struct rq_builder *b,
 	}
 	/* A stale tag (the runs went out with an earlier pass): drop it. */
 	if (!skip)
-		mapping_tag_drop_at(m, f, node, INDEX_TAG_DIRTY, still_dirty);
+		mapping_tag_drop_at(m, f, at, INDEX_TAG_DIRTY, still_dirty);
 	folio_unlock_unchanged(f);
 	folio_put(f);
 	return 0;
@@ -342,7 +342,7 @@ static void collect_busy(struct folio_mapping *m, uint64_t start,
 		for (unsigned i = 0; i < n; i++) {
 			struct folio *f = hits[i].entry;
 			if (folio_test_writeback(f))
-				folio_list_add(busy, f, hits[i].node);
+				folio_list_add(busy, f, hits[i].at);
 			folio_put(f);
 		}
 	}
@@ -405,7 +405,7 @@ static int64_t writeback_pass(struct folio_mapping *m,
 				seen = true;
 			}
 			queued += visit_folio(m, &b, p, hits[i].entry,
-					      hits[i].node);
+					      hits[i].at);
 			if (p->budget && queued >= p->budget) {
 				uint64_t next = hits[i].first +
 						(UINT64_C(1) << hits[i].order);
