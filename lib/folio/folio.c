@@ -124,7 +124,7 @@ void folio_set_cache_flag(struct folio *f, bool on)
  */
 bool folio_hint_get(struct folio *f)
 {
-	folio_get(f);
+	folio_ref(f);
 	return folio_hint_adopt(f);
 }
 
@@ -145,7 +145,7 @@ void folio_hint_put(struct folio *f, bool pinned)
 	if (pinned)
 		atomic_fetch_sub_explicit(&f->cache_bits, (uint8_t)PIN_ONE,
 					  memory_order_acq_rel);
-	folio_put(f);
+	folio_unref(f);
 }
 
 /* References before pins: a hint let go meanwhile (pin first, then the
@@ -191,18 +191,16 @@ int folio_new(struct folio **out, uint64_t pos, size_t size, size_t block_size)
 
 struct folio *folio_get(struct folio *f)
 {
-	if (f)
-		atomic_fetch_add_explicit(&f->refcount, 1, memory_order_relaxed);
-	return f;
+	return folio_ref(f);
 }
 
 void folio_put(struct folio *f)
 {
-	if (!f)
-		return;
-	if (atomic_fetch_sub_explicit(&f->refcount, 1, memory_order_acq_rel) !=
-	    1)
-		return;
+	folio_unref(f);
+}
+
+void folio_free_unreferenced(struct folio *f)
+{
 	/* A folio that was in an index may still be looked at by a
 	 * lock-free lookup that found it there just before it left: its
 	 * data goes now (nobody reaches it without a reference), its header

@@ -597,6 +597,28 @@ static inline bool folio_try_get(struct folio *f)
 	return true;
 }
 
+/*
+ * folio_get() and folio_put() for the library's own paths, inline: a
+ * written-back folio takes and drops four references, a cached read one
+ * or two, and the exported functions cost a call each. NULL is ignored,
+ * as by the exported ones, which are these.
+ */
+HIDDEN void folio_free_unreferenced(struct folio *f);
+
+static inline struct folio *folio_ref(struct folio *f)
+{
+	if (f)
+		atomic_fetch_add_explicit(&f->refcount, 1, memory_order_relaxed);
+	return f;
+}
+
+static inline void folio_unref(struct folio *f)
+{
+	if (f && atomic_fetch_sub_explicit(&f->refcount, 1,
+					   memory_order_acq_rel) == 1)
+		folio_free_unreferenced(f);
+}
+
 bool folio_ref_freeze(struct folio *f, unsigned unpinned);
 void folio_ref_unfreeze(struct folio *f);
 

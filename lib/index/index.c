@@ -630,14 +630,17 @@ unsigned index_find_tagged_batch(const struct index_tree *idx, uint64_t *key,
 	uint64_t base = first & ~((UINT64_C(64) << shift) - 1);
 	unsigned got = 0;
 	for (;;) {
+		unsigned slot = slot_of(first, shift);
+		unsigned slots = 1u << (order - shift);
 		hits[got].entry = e;
 		hits[got].at.node = (struct index_node *)(uintptr_t)n;
-		hits[got].at.mask = index_entry_mask(first, order);
+		/* index_entry_mask(), from what the walk has at hand. */
+		hits[got].at.mask = (ALL_BITS >> (INDEX_NODE_SLOTS - slots))
+				    << slot;
 		hits[got].first = first;
 		hits[got].order = order;
 		got++;
-		unsigned next = slot_of(first, shift) +
-				(1u << (order - shift));
+		unsigned next = slot + slots;
 		*key = first + (UINT64_C(1) << order);
 		if (got == max || next == INDEX_NODE_SLOTS)
 			return got;

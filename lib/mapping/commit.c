@@ -174,7 +174,7 @@ static void settle_unstable(struct folio_mapping *m, uint64_t gen,
 			released += settle_folio(m, hits[i].entry,
 						 hits[i].at, gen, failures,
 						 failed);
-			folio_put(hits[i].entry);
+			folio_unref(hits[i].entry);
 		}
 	}
 	brlock_read_unlock(&m->io_lock);

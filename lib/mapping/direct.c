@@ -125,7 +125,7 @@ static void walk_locked(struct folio_mapping *m, uint64_t pos, uint64_t end,
 			   buf ? buf + (a - pos) : NULL);
 		}
 		folio_unlock(f);
-		folio_put(f);
+		folio_unref(f);
 	}
 }
 

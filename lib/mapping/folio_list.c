@@ -40,7 +40,7 @@ void folio_list_add_grow(struct folio_list *l, struct folio *f,
 void folio_list_release(struct folio_list *l)
 {
 	for (size_t i = 0; i < l->n; i++)
-		folio_put(l->v[i].folio);
+		folio_unref(l->v[i].folio);
 	if (l->v != l->local)
 		free(l->v);
 	folio_list_init(l);

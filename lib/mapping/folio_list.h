@@ -43,7 +43,7 @@ static inline void folio_list_add(struct folio_list *l, struct folio *f,
 		folio_list_add_grow(l, f, at);
 		return;
 	}
-	folio_get(f);
+	folio_ref(f);
 	l->v[l->n++] = (struct folio_list_entry){f, at};
 }
 

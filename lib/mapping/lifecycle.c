@@ -172,7 +172,7 @@ int folio_mapping_free(struct folio_mapping *m)
 		if (c)
 			c->ops->removed(c, m, f);
 		f->mapping = NULL;
-		folio_put(f);
+		folio_unref(f);
 	}
 	index_destroy(&m->index);
 	brlock_write_unlock(&m->io_lock);

@@ -51,10 +51,10 @@ struct folio *mapping_lookup(struct folio_mapping *m, uint64_t pos)
 	if (f == got)
 		return got; /* a hit, or nothing at key */
 	/* Outside the section: the last reference frees. */
-	folio_put(got);
+	folio_unref(got);
 	pthread_rwlock_rdlock(&m->index_lock);
 	f = index_lookup(&m->index, key);
-	folio_get(f);
+	folio_ref(f);
 	pthread_rwlock_unlock(&m->index_lock);
 	return f;
 }
@@ -132,7 +132,7 @@ static struct folio *create_folio_locked(struct folio_mapping *m,
 		if (!r)
 			return f;
 		f->mapping = NULL;
-		folio_put(f);
+		folio_unref(f);
 		if (r != -EEXIST || size == min) {
 			*err = r == -EEXIST ? -EIO : r;
 			return NULL;
@@ -238,7 +238,7 @@ static struct folio *create_charged(struct folio_mapping *m, uint64_t pos,
 		f = create_folio_locked(m, pos, len_hint, err);
 	}
 	if (f && quiet)
-		folio_get(f);
+		folio_ref(f);
 	else if (f)
 		old = hint_set(m, f, false, &old_pinned);
 	pthread_rwlock_unlock(&m->index_lock);

@@ -103,7 +103,7 @@ static void ra_finish(struct ra_batch *rb)
 		if (err && !folio_test_uptodate(f))
 			(void)folio_take_ra_marks(f, FOLIO_RA_UNREAD);
 		folio_unlock(f);
-		folio_put(f);
+		folio_unref(f);
 	}
 	free(rb->folios);
 	free(rb);
@@ -202,13 +202,13 @@ static uint64_t ra_window(struct folio_mapping *m, uint64_t start,
 			locked = false;
 		}
 		if (!locked) {
-			folio_put(f);
+			folio_unref(f);
 			p = fend;
 			continue;
 		}
 		if (!ra_keep(rb, f)) {
 			folio_unlock(f);
-			folio_put(f);
+			folio_unref(f);
 			r = -ENOMEM;
 			break;
 		}

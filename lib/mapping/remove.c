@@ -23,7 +23,7 @@ static void removed_from_index(struct folio_mapping *m, struct folio *f)
 	if (c)
 		c->ops->removed(c, m, f);
 	f->mapping = NULL;
-	folio_put(f);
+	folio_unref(f);
 }
 
 void mapping_remove_folio_locked(struct folio_mapping *m, struct folio *f)

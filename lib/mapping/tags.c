@@ -19,7 +19,7 @@ struct folio *mapping_next_folio(struct folio_mapping *m, uint64_t *key,
 			? index_find(&m->index, key, last, &order)
 			: index_find_tagged(&m->index, key, last,
 					    (unsigned)tag, &order);
-	folio_get(f);
+	folio_ref(f);
 	pthread_rwlock_unlock(&m->index_lock);
 	if (f) {
 		uint64_t next = *key + (UINT64_C(1) << order);
@@ -38,7 +38,7 @@ unsigned mapping_next_tagged_batch(struct folio_mapping *m, uint64_t *key,
 	unsigned n = index_find_tagged_batch(&m->index, key, last, (int)tag,
 					     hits, max);
 	for (unsigned i = 0; i < n; i++)
-		folio_get(hits[i].entry);
+		folio_ref(hits[i].entry);
 	pthread_rwlock_unlock(&m->index_lock);
 	/* The last entry ended at the top of the key space. */
 	if (n && !*key)

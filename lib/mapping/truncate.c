@@ -45,7 +45,7 @@ static void shrink_cache(struct folio_mapping *m, uint64_t size)
 		else if (!gone)
 			cut_folio_tail(m, f, size);
 		folio_unlock(f);
-		folio_put(f);
+		folio_unref(f);
 	}
 }
 
@@ -120,7 +120,7 @@ static uint64_t eof_after_discard(struct folio_mapping *m, uint64_t pos)
 					       f->pos + off + (size_t)run);
 				off += (size_t)run;
 			}
-			folio_put(f);
+			folio_unref(f);
 		}
 	}
 	return MAX(backing, MIN(data_end, pos));
@@ -149,7 +149,7 @@ int folio_mapping_invalidate(struct folio_mapping *m, uint64_t pos,
 		if (folio_test_removed(f)) {
 			/* Reclaimed by a pool since it was found. */
 			folio_unlock(f);
-			folio_put(f);
+			folio_unref(f);
 			continue;
 		}
 		mapping_wait_writeback(m, f);
@@ -169,7 +169,7 @@ int folio_mapping_invalidate(struct folio_mapping *m, uint64_t pos,
 		else
 			kept = true;
 		folio_unlock(f);
-		folio_put(f);
+		folio_unref(f);
 	}
 	uint64_t eof = mapping_eof(m);
 	if (discarded && end >= eof && pos < eof) {

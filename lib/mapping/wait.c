@@ -70,7 +70,7 @@ int mapping_wait_range_writeback(struct folio_mapping *m, uint64_t start,
 		int r = mapping_wait_writeback(m, f);
 		if (!err)
 			err = r;
-		folio_put(f);
+		folio_unref(f);
 	}
 	return err;
 }

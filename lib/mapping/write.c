@@ -388,7 +388,7 @@ ssize_t folio_mapping_write_begin(struct folio_mapping *m, uint64_t pos,
 		mapping_cache_credit_return(m, &credit);
 		return err;
 	}
-	folio_get(f);
+	folio_ref(f);
 	wait_stable(m, f);
 	/* Every remover takes the folio lock, so holding only it from here
 	 * to write_end is enough to keep the folio in the mapping. */
@@ -401,7 +401,7 @@ ssize_t folio_mapping_write_begin(struct folio_mapping *m, uint64_t pos,
 	err = prepare_write(m, f, off, n, true);
 	if (err) {
 		folio_unlock(f);
-		folio_put(f);
+		folio_unref(f);
 		return err;
 	}
 	/* write_end() accepts exactly this: its edges are valid, nothing
@@ -435,6 +435,6 @@ ssize_t folio_mapping_write_end(struct folio_mapping *m, struct folio *f,
 			 end - off);
 	}
 	folio_unlock(f); /* clears WRITE_BEGIN with LOCKED */
-	folio_put(f);
+	folio_unref(f);
 	return (ssize_t)(end - off);
 }

@@ -38,7 +38,7 @@ static void wb_folio_done(struct folio_mapping *m, struct folio *f,
 	 * its node stays. The bits above are pruned by a later pass. */
 	mapping_tag_drop_at(m, f, at, INDEX_TAG_WRITEBACK, NULL);
 	folio_end_writeback_held(f);
-	folio_put(f); /* the reference writeback took */
+	folio_unref(f); /* the reference writeback took */
 }
 
 /* Put back the dirty bits of bytes that did not reach the store. */
@@ -314,7 +314,7 @@ static uint64_t visit_folio(struct folio_mapping *m, struct rq_builder *b,
 	if (!skip)
 		mapping_tag_drop_at(m, f, at, INDEX_TAG_DIRTY, still_dirty);
 	folio_unlock_unchanged(f);
-	folio_put(f);
+	folio_unref(f);
 	return 0;
 }
 
@@ -343,7 +343,7 @@ static void collect_busy(struct folio_mapping *m, uint64_t start,
 			struct folio *f = hits[i].entry;
 			if (folio_test_writeback(f))
 				folio_list_add(busy, f, hits[i].at);
-			folio_put(f);
+			folio_unref(f);
 		}
 	}
 }
@@ -414,7 +414,7 @@ static int64_t writeback_pass(struct folio_mapping *m,
 					visited = next - 1;
 				}
 				while (++i < n)
-					folio_put(hits[i].entry);
+					folio_unref(hits[i].entry);
 				break;
 			}
 		}
@@ -576,7 +576,7 @@ int folio_mapping_dirty_ranges(struct folio_mapping *m, uint64_t start,
 					r = range_emit(&acc, a, z - a);
 				off += (size_t)run;
 			}
-			folio_put(f);
+			folio_unref(f);
 		}
 	}
 	if (!r && acc.len)

@@ -360,7 +360,7 @@ static uint32_t pick_locked(struct folio_pool *p, unsigned *left,
 		}
 		node_unlink(p, q, idx, bytes);
 		p->nodes[idx].prev = p->nodes[idx].next = NODE_CLAIMED;
-		folio_get(f);
+		folio_ref(f);
 		pool_member_get_locked(p, mb);
 		*from_small = small;
 		return idx;
@@ -410,7 +410,7 @@ uint64_t pool_reclaim(struct folio_pool *p, uint64_t want, unsigned scan)
 			atomic_fetch_add(&p->stats.reclaimed_folios, 1);
 			freed += got;
 		}
-		folio_put(f); /* the last reference of a reclaimed folio */
+		folio_unref(f); /* the last reference of a reclaimed folio */
 	}
 	return freed;
 }
