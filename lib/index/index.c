@@ -470,7 +470,9 @@ int index_insert(struct index_tree *idx, uint64_t first, unsigned order,
 	for (unsigned k = 1; k < nslots; k++)
 		slot_publish(n, i + k, make_sib((uintptr_t)entry));
 	n->present |= bits(i, nslots);
-	n->sibs |= bits(i + 1, nslots - 1);
+	/* Not bits(i + 1, nslots - 1): a one-slot entry in slot 63 would
+	 * shift by 64. */
+	n->sibs |= bits(i, nslots) & ~(UINT64_C(1) << i);
 	idx->count++;
 	return 0;
 }
