@@ -336,10 +336,11 @@ static size_t take_dirty_word_locked(struct folio *f, size_t n, size_t b,
 				     struct folio_range *runs, size_t max_runs)
 {
 	uint64_t w = f->state[0];
-	/* Bits [b, 2n) only: 2n <= 64, and b <= 2n (b == 64: none). */
-	uint64_t below = 2 * n == 64 ? ~UINT64_C(0)
-				     : (UINT64_C(1) << (2 * n)) - 1;
-	uint64_t from = b >= 64 ? 0 : ~((UINT64_C(1) << b) - 1);
+	/* Bits [b, 2n) only: 2 <= 2n <= 64, and n <= b <= 2n (b == 64:
+	 * none), so both shifts stay below 64. */
+	uint64_t below = ~UINT64_C(0) >> (64 - 2 * n);
+	/* -(2^b): bits b and up, 0 for b == 64. */
+	uint64_t from = -(UINT64_C(1) << (b - 1) << 1);
 	uint64_t d = w & below & from;
 	uint64_t gone = 0;
 	size_t taken = 0;
@@ -356,8 +357,7 @@ static size_t take_dirty_word_locked(struct folio *f, size_t n, size_t b,
 	}
 	w &= ~gone;
 	f->state[0] = w;
-	uint64_t dirty_bits = (n == 32 ? ~UINT64_C(0) << 32
-				       : ((UINT64_C(1) << n) - 1) << n);
+	uint64_t dirty_bits = below & ~UINT64_C(0) << n;
 	if (!(w & dirty_bits))
 		atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_DIRTY,
 					  memory_order_release);

@@ -52,20 +52,6 @@ void mapping_commit_destroy(struct folio_mapping *m)
 	pthread_mutex_destroy(&m->commit.lock);
 }
 
-void mapping_mark_unstable(struct folio_mapping *m, const struct rq_seg *s,
-			   size_t len, uint64_t gen, uint64_t failures)
-{
-	/* Linux policy: nothing is kept for a flush that might fail. */
-	if (m->flags & FOLIO_MAPPING_DROP_ON_ERROR)
-		return;
-	struct folio *f = s->folio;
-	size_t newly;
-	if (folio_mark_unstable(f, s->off, len, gen, failures, &newly) &
-	    FOLIO_BECAME_UNSTABLE)
-		mapping_tag_set_at(m, f, s->at, INDEX_TAG_UNSTABLE);
-	mapping_cache_account(m, 0, 0, mapping_block_bytes(f, newly));
-}
-
 static bool has_unstable(const struct folio *f)
 {
 	return folio_test_unstable(f);

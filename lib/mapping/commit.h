@@ -5,8 +5,10 @@
 #ifndef FOLIO_MAPPING_COMMIT_H
 #define FOLIO_MAPPING_COMMIT_H
 
+#include "mapping/cache.h"
 #include "mapping/folio_list.h"
 #include "mapping/request.h"
+#include "mapping/tags.h"
 
 int mapping_commit_init(struct folio_mapping *m);
 void mapping_commit_destroy(struct folio_mapping *m);
@@ -32,15 +34,26 @@ void mapping_cut_landed_writes(struct folio_mapping *m, uint64_t eof);
  * which direct writes are not. Lock-free when none is pending. */
 bool mapping_resize_pending_below(struct folio_mapping *m, uint64_t end);
 
-/* The first `len` bytes of a write request's segment `s` (its folio, the
- * index node holding it, see mapping_tag_set_at(), and its offset)
+/* The first `len` bytes of a write request's segment `s` (its folio,
+ * where it sits in the index, see mapping_tag_set_at(), and its offset)
  * completed: they are unstable until a flush covering generation `gen`
  * succeeds (mapping_unstable_gen()); `failures` is the engine's
- * failed-flush count read at the request's submission. Five arguments: all in
- * registers, for every segment of every completion. */
-struct rq_seg;
-void mapping_mark_unstable(struct folio_mapping *m, const struct rq_seg *s,
-			   size_t len, uint64_t gen, uint64_t failures);
+ * failed-flush count read at the request's submission. Inline: every
+ * segment of every write completion comes here. */
+static inline void mapping_mark_unstable(struct folio_mapping *m,
+					 const struct rq_seg *s, size_t len,
+					 uint64_t gen, uint64_t failures)
+{
+	/* Linux policy: nothing is kept for a flush that might fail. */
+	if (m->flags & FOLIO_MAPPING_DROP_ON_ERROR)
+		return;
+	struct folio *f = s->folio;
+	size_t newly;
+	if (folio_mark_unstable(f, s->off, len, gen, failures, &newly) &
+	    FOLIO_BECAME_UNSTABLE)
+		mapping_tag_set_at(m, f, s->at, INDEX_TAG_UNSTABLE);
+	mapping_cache_account(m, 0, 0, mapping_block_bytes(f, newly));
+}
 
 /* mapping_unstable_gen() (below) for a durable write: records its
  * outcome for the sync that sent it. */

@@ -25,7 +25,7 @@ static void lock_sleep(void *arg, const struct timespec *t)
 	(void)folio_wait_unlocked_for(w->folio, t);
 }
 
-void mapping_lock_folio(struct folio_mapping *m, struct folio *f)
+void mapping_lock_folio_slow(struct folio_mapping *m, struct folio *f)
 {
 	/* Only readahead leaves a folio locked with nobody to complete its
 	 * read, and it counts itself in ra_inflight before it locks any:

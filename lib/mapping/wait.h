@@ -14,7 +14,15 @@
  * someone calls its wait(): so the waiter drives the engine instead of
  * only sleeping.
  */
-void mapping_lock_folio(struct folio_mapping *m, struct folio *f);
+void mapping_lock_folio_slow(struct folio_mapping *m, struct folio *f);
+/* Inline: an uncontended lock is one atomic, and a writeback pass takes
+ * one per dirty folio. */
+static inline void mapping_lock_folio(struct folio_mapping *m,
+				      struct folio *f)
+{
+	if (!folio_lock_nowait(f))
+		mapping_lock_folio_slow(m, f);
+}
 
 /* Sleep until the folio's writeback ends, driving a polled engine.
  * Returns 0 or the error the engine's wait() returned meanwhile. */
