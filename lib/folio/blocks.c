@@ -518,8 +518,10 @@ int folio_mark_unstable(struct folio *f, size_t off, size_t len,
 }
 
 /* Drop every unstable bit and the flag; returns how many blocks were
- * unstable. */
-static size_t unstable_clear_all_locked(struct folio *f)
+ * unstable. Inlined into its four callers: every settled folio comes
+ * through here, and the call cost as much as the work. */
+static inline __attribute__((always_inline)) size_t
+unstable_clear_all_locked(struct folio *f)
 {
 	size_t n = 1;
 	if (!folio_single_block(f)) {
