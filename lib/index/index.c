@@ -631,6 +631,9 @@ unsigned index_find_tagged_batch(const struct index_tree *idx, uint64_t *key,
 	/* A node at level 60 spans every key (64 << 60 wraps to 0). */
 	uint64_t base = first & ~((UINT64_C(64) << shift) - 1);
 	unsigned got = 0;
+	/* The next key, stored through `key` once at the end: the hits
+	 * may alias it, so a store per hit would also reload it. */
+	uint64_t after;
 	for (;;) {
 		unsigned slot = slot_of(first, shift);
 		unsigned slots = 1u << (order - shift);
@@ -643,22 +646,24 @@ unsigned index_find_tagged_batch(const struct index_tree *idx, uint64_t *key,
 		hits[got].order = order;
 		got++;
 		unsigned next = slot + slots;
-		*key = first + (UINT64_C(1) << order);
+		after = first + (UINT64_C(1) << order);
 		if (got == max || next == INDEX_NODE_SLOTS)
-			return got;
+			break;
 		uint64_t cand = (tag < 0 ? n->present
 					 : tag_load(n, (unsigned)tag)) &
 				(ALL_BITS << next);
 		if (!cand)
-			return got;
+			break;
 		unsigned j = (unsigned)__builtin_ctzll(cand);
 		uintptr_t v = n->slots[j];
 		first = base + ((uint64_t)j << shift);
 		if (first > last || !v || (v & SLOT_KIND))
-			return got;
+			break;
 		e = (void *)v;
 		order = shift + entry_log_slots(n, j);
 	}
+	*key = after;
+	return got;
 }
 
 /* Set @mask (the entry's slots) in the leaf's @tag word at the end of
