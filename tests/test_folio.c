@@ -31,6 +31,7 @@
 #include "folio_state.h"
 #include "base/epoch.h"
 #include "folio/folio.h"
+#include "folio/unstable.h"
 #include "test_util.h"
 
 #define MAX_BLOCKS 4096u

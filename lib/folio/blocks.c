@@ -10,6 +10,7 @@
  */
 #include "bitmap/bitmap.h"
 #include "folio/folio.h"
+#include "folio/unstable.h"
 
 enum { UPD_UPTODATE = 1, UPD_DIRTY = 2 };
 
@@ -458,117 +459,6 @@ void folio_drain(struct folio *f, size_t *dirty, size_t *unstable)
 		*unstable = bitmap_clear_range_count(f->state, 2 * n, 3 * n);
 	}
 	spin_unlock(&f->state_lock);
-}
-
-/*
- * Unstable state changes on the completion and flush paths only, never on
- * the write fast path, so one-block folios take the state lock here too:
- * the flag and the generation must change together.
- */
-/* a before b, modulo 2^32 (the stamps keep the low 32 bits). */
-static inline bool stamp_before(uint32_t a, uint32_t b)
-{
-	return (int32_t)(a - b) < 0;
-}
-
-int folio_mark_unstable(struct folio *f, size_t off, size_t len,
-			uint64_t gen, uint64_t failures, size_t *newly)
-{
-	size_t unused;
-	if (!newly)
-		newly = &unused;
-	*newly = 0;
-	if (folio_check_range(f, off, len) || !len)
-		return 0;
-	int ret = 0;
-	spin_lock(&f->state_lock);
-	if (!folio_single_block(f)) {
-		size_t n = folio_nblocks(f), first, end;
-		blocks_outward(f, off, len, &first, &end);
-		if (3 * n <= 64) {
-			/* The whole state in one word (up to 21 blocks):
-			 * every completion of a small folio's write. */
-			uint64_t m = ((UINT64_C(1) << (end - first)) - 1)
-				     << (2 * n + first);
-			uint64_t was = f->state[0], fresh = m & ~was;
-			f->state[0] = was | m;
-			*newly = fresh == m ? end - first
-					    : bitmap_weight64(fresh);
-		} else {
-			*newly = bitmap_set_range_count(
-				f->state, 2 * n + first, 2 * n + end);
-		}
-	}
-	unsigned old = atomic_fetch_or_explicit(&f->flags, FOLIO_F_UNSTABLE,
-						memory_order_acq_rel);
-	if (!(old & FOLIO_F_UNSTABLE)) {
-		ret = FOLIO_BECAME_UNSTABLE;
-		if (folio_single_block(f))
-			*newly = 1;
-		f->unstable_gen = (uint32_t)gen;
-		f->unstable_failures = (uint32_t)failures;
-	} else {
-		if (stamp_before(f->unstable_gen, (uint32_t)gen))
-			f->unstable_gen = (uint32_t)gen;
-		if (stamp_before((uint32_t)failures, f->unstable_failures))
-			f->unstable_failures = (uint32_t)failures;
-	}
-	spin_unlock(&f->state_lock);
-	return ret;
-}
-
-/* Drop every unstable bit and the flag; returns how many blocks were
- * unstable. Inlined into its four callers: every settled folio comes
- * through here, and the call cost as much as the work. */
-static inline __attribute__((always_inline)) size_t
-unstable_clear_all_locked(struct folio *f)
-{
-	size_t n = 1;
-	if (!folio_single_block(f)) {
-		size_t nb = folio_nblocks(f);
-		if (3 * nb <= 64) {
-			/* All three maps in one word, as in
-			 * folio_mark_unstable(): every settle of a small
-			 * folio. */
-			uint64_t mask = ((UINT64_C(1) << nb) - 1) << (2 * nb);
-			n = bitmap_weight64(f->state[0] & mask);
-			f->state[0] &= ~mask;
-		} else {
-			n = bitmap_clear_range_count(f->state, 2 * nb, 3 * nb);
-		}
-	}
-	unsigned old = atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_UNSTABLE,
-						 memory_order_release);
-	return (old & FOLIO_F_UNSTABLE) ? n : 0;
-}
-
-int folio_stabilize(struct folio *f, uint64_t gen, uint64_t failures,
-		    size_t *released)
-{
-	size_t unused;
-	if (!released)
-		released = &unused;
-	*released = 0;
-	if (!folio_test_unstable(f))
-		return 0;
-	spin_lock(&f->state_lock);
-	int ret;
-	if (stamp_before(f->unstable_failures, (uint32_t)failures)) {
-		/* In flight across a failed flush, which may have dropped
-		 * it; the flush that succeeded since proves nothing. */
-		ret = FOLIO_STABLE_LOST;
-	} else {
-		/* A write that completed after the flush began may not be
-		 * covered by it: keep the whole folio for the next flush
-		 * (one generation per folio keeps the header small; the
-		 * cost is a later release). */
-		if (!stamp_before((uint32_t)gen, f->unstable_gen))
-			*released = unstable_clear_all_locked(f);
-		ret = (load_flags(f) & FOLIO_F_UNSTABLE) ? FOLIO_STABLE_LEFT
-							 : 0;
-	}
-	spin_unlock(&f->state_lock);
-	return ret;
 }
 
 int folio_redirty_unstable(struct folio *f, size_t *unstable,

@@ -139,35 +139,9 @@ void folio_drain(struct folio *f, size_t *dirty, size_t *unstable);
 void folio_count_blocks(struct folio *f, size_t *uptodate, size_t *dirty,
 			size_t *unstable);
 
-/*
- * Unstable blocks: bytes a completed write put in the backing store that
- * no flush has yet made durable. They are clean, but the cache must keep
- * them until a flush that began after their write completed succeeds,
- * and make them dirty again when a flush fails. `gen` is the mapping's
- * flush generation read when the write completed; `failures` the engine's
- * count of failed flushes read when it was submitted: a flush that failed
- * after that may have dropped it, even if it completed later and a later
- * flush succeeded.
- */
+/* Marking blocks unstable and settling them: folio/unstable.h (inline,
+ * once per written folio). */
 #define FOLIO_BECAME_UNSTABLE 4 /* internal: the folio had no unstable block */
-/* Mark the blocks touched by [off, off+len) unstable; *newly (may be
- * NULL) gets the blocks that were not unstable before. Returns
- * FOLIO_BECAME_UNSTABLE or 0. */
-int folio_mark_unstable(struct folio *f, size_t off, size_t len,
-			uint64_t gen, uint64_t failures, size_t *newly);
-/* folio_stabilize() results. */
-#define FOLIO_STABLE_LEFT 1 /* unstable blocks remain (a later flush's) */
-#define FOLIO_STABLE_LOST 2 /* nothing changed: a write behind them was
-			      * submitted before a failed flush the caller's
-			      * `failures` counts, and must be made dirty */
-/* A flush that began in generation `gen` succeeded, with `failures`
- * failed flushes of the engine counted before it began and none while it
- * ran: forget the unstable blocks when every write behind them completed
- * in generation `gen` or earlier and was submitted with that count;
- * *released (may be NULL) gets how many were forgotten. Returns 0 when
- * none are left, else FOLIO_STABLE_LEFT or FOLIO_STABLE_LOST. */
-int folio_stabilize(struct folio *f, uint64_t gen, uint64_t failures,
-		    size_t *released);
 /* A flush failed: every unstable block becomes dirty again. *unstable
  * gets the blocks that were unstable, *newly_dirty those of them that
  * were not dirty already (both may be NULL). Returns FOLIO_BECAME_DIRTY

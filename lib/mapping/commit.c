@@ -74,11 +74,13 @@ void mapping_unstable_lost(struct folio_mapping *m, struct folio *f)
  * Settle one folio sitting at `at` in the index after a flush that began in
  * generation `gen` with `failures` failed flushes of the engine counted
  * (see settle_unstable()); the caller holds io_lock shared, so an
- * indexed folio stays in that node. Returns the bytes released.
+ * indexed folio stays in that node. Returns the bytes released. Always
+ * inlined, in the walk too: the sync's own list settles every folio it
+ * wrote through here.
  */
-static int64_t settle_folio(struct folio_mapping *m, struct folio *f,
-			    struct index_place at, uint64_t gen,
-			    uint64_t failures, bool failed)
+static inline __attribute__((always_inline)) int64_t
+settle_folio(struct folio_mapping *m, struct folio *f, struct index_place at,
+	     uint64_t gen, uint64_t failures, bool failed)
 {
 	size_t unstable = 0;
 	int r = failed ? FOLIO_STABLE_LOST

@@ -5,6 +5,7 @@
 #ifndef FOLIO_MAPPING_COMMIT_H
 #define FOLIO_MAPPING_COMMIT_H
 
+#include "folio/unstable.h"
 #include "mapping/cache.h"
 #include "mapping/folio_list.h"
 #include "mapping/request.h"
