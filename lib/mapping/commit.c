@@ -365,7 +365,14 @@ static int settle_flush(struct folio_mapping *m, uint64_t gen,
 	return r;
 }
 
-static int run_flush(struct folio_mapping *m, const struct folio_list *written)
+/*
+ * One flush round, with the role held: the engine's flush, or with
+ * `failed` (a negative errno) a flush of the engine that already failed
+ * with it (a durable write's barrier, whose caller recorded the error),
+ * then the settling of either outcome.
+ */
+static int run_flush_as(struct folio_mapping *m,
+			const struct folio_list *written, int failed)
 {
 	uint64_t gen = atomic_fetch_add_explicit(&m->commit.flush_gen, 1,
 						 memory_order_acq_rel);
@@ -382,7 +389,11 @@ static int run_flush(struct folio_mapping *m, const struct folio_list *written)
 	if (locked)
 		brlock_write_lock(&m->io_lock);
 	int r;
-	if (redo && redo_is_owed(m)) {
+	if (failed) {
+		r = failed;
+		if (redo)
+			redo_after_failure(m, &locked);
+	} else if (redo && redo_is_owed(m)) {
 		/*
 		 * The last failed flush could not redo the lost resize. A
 		 * flush now would settle the resize over the stale tail, so
@@ -401,7 +412,12 @@ static int run_flush(struct folio_mapping *m, const struct folio_list *written)
 	}
 	if (locked)
 		brlock_write_unlock(&m->io_lock);
-	return settle_flush(m, gen, failures, r, false, written);
+	return settle_flush(m, gen, failures, r, failed != 0, written);
+}
+
+static int run_flush(struct folio_mapping *m, const struct folio_list *written)
+{
+	return run_flush_as(m, written, 0);
 }
 
 /*
@@ -478,6 +494,22 @@ static int commit_rounds(struct folio_mapping *m,
 int mapping_commit(struct folio_mapping *m)
 {
 	return commit_rounds(m, NULL);
+}
+
+void mapping_commit_failed_barrier(struct folio_mapping *m, int err)
+{
+	for (;;) {
+		unsigned w = atomic_load(&m->commit.role);
+		if (w & COMMIT_ROLE_HELD) {
+			role_wait(m, w);
+			continue;
+		}
+		if (role_try_take(m))
+			break;
+	}
+	uint64_t round = atomic_fetch_add(&m->commit.rounds_started, 1) + 1;
+	run_flush_as(m, NULL, err);
+	role_release(m, round);
 }
 
 /* ---- durable writes ------------------------------------------------- */

@@ -105,6 +105,18 @@ void mapping_commit_sync(struct folio_mapping *m, struct mapping_durable *d,
  */
 int mapping_commit(struct folio_mapping *m);
 
+/*
+ * A durable write outside a sync (a direct write's) failed in its
+ * barrier with `err`, which the caller recorded: a flush of the engine
+ * failed, and it may have dropped what this mapping left unstable and
+ * truncates no flush had covered. Settle that at once, as a failed flush
+ * round of the mapping does (it waits for the flush role): the truncates
+ * are redone and every unstable block is dirty again, so the next
+ * writeback writes them, rather than the next sync finding them lost.
+ * Caller holds no lock of m.
+ */
+void mapping_commit_failed_barrier(struct folio_mapping *m, int err);
+
 /* The engine may have lost what f's unstable blocks hold (a failed
  * flush): make them dirty again, with tags and counts (commit.c). */
 void mapping_unstable_lost(struct folio_mapping *m, struct folio *f);

@@ -55,6 +55,7 @@ struct direct_out {
 	int err;             /* the first failure, in order */
 	bool stopped;        /* short or failed: nothing more is sent */
 	bool not_durable;    /* a durable write not made durable in full */
+	int barrier_error;   /* a durable write's failed barrier, else 0 */
 };
 
 /*
@@ -242,6 +243,9 @@ static void direct_batch(struct folio_mapping *m, enum folio_io_op op,
 		if (write && res < 0)
 			mapping_size_raise(&m->size.landed_maybe,
 					   p[i].pos + p[i].len);
+		/* Whatever came before: a failed flush of the engine. */
+		if (d->base.barrier_error && !out->barrier_error)
+			out->barrier_error = d->base.barrier_error;
 		if (out->stopped)
 			continue;
 		int err = res < 0 ? (int)res : d->base.barrier_error;
@@ -485,6 +489,16 @@ ssize_t folio_mapping_write_direct(struct folio_mapping *m, const void *buf,
 
 	if (out.err)
 		errseq_record(m, out.err);
+	/* This write's own barrier failed: a flush of the engine that may
+	 * have dropped what the mapping's earlier writes left unstable.
+	 * Settled now, those bytes are dirty again before the error
+	 * returns (found by the fuzzer: the next sync used to find them
+	 * lost and only the one after wrote them again). */
+	if (out.barrier_error) {
+		if (!out.err)
+			errseq_record(m, out.barrier_error);
+		mapping_commit_failed_barrier(m, out.barrier_error);
+	}
 	if (!out.done)
 		return out.err;
 	if (dsync && (!extra || out.not_durable)) {
