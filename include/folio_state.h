@@ -1256,7 +1256,10 @@ FOLIO_EXPORT ssize_t folio_mapping_read(struct folio_mapping *m, void *buf,
  * a flush that fails after the call returned may lose them, and that
  * sync (and every error cursor) reports it, but nothing writes them
  * again. With FOLIO_DIRECT_DSYNC they are durable when the call returns
- * with the full count. A flush of the engine that fails while the write
+ * with the full count; when the durable write's barrier fails (a failed
+ * flush of the engine), the buffered bytes of @m that were written back
+ * but not yet flushed are dirty again when the call returns, as after
+ * any failed flush. A flush of the engine that fails while the write
  * is in flight (any mapping's) may have dropped it: the call then fails
  * with -EIO. A truncate of @m that no flush has made durable yet, to a
  * size below the range's end, is flushed first (a failed flush redoes
