@@ -14,14 +14,6 @@
 
 enum { UPD_UPTODATE = 1, UPD_DIRTY = 2 };
 
-/* Blocks [*first, *end) touched by [off, off+len): outward rounding. */
-static inline void blocks_outward(const struct folio *f, size_t off,
-				  size_t len, size_t *first, size_t *end)
-{
-	*first = off >> f->block_shift;
-	*end = ((off + len - 1) >> f->block_shift) + 1;
-}
-
 /* Blocks wholly inside [off, off+len): inward rounding (may be empty). */
 static inline void blocks_inward(const struct folio *f, size_t off,
 				 size_t len, size_t *first, size_t *end)
@@ -85,7 +77,7 @@ folio_update(struct folio *f, size_t off, size_t len, unsigned what,
 		return update_single(f, what, newly);
 
 	size_t n = folio_nblocks(f), first, end;
-	blocks_outward(f, off, len, &first, &end);
+	folio_blocks_outward(f, off, len, &first, &end);
 
 	spin_lock(&f->state_lock);
 	unsigned flags = load_flags(f);
@@ -260,7 +252,7 @@ static int range_query(struct folio *f, size_t off, size_t len, bool dirty)
 		return dirty ? 1 : 0;
 
 	size_t n = folio_nblocks(f), first, end;
-	blocks_outward(f, off, len, &first, &end);
+	folio_blocks_outward(f, off, len, &first, &end);
 	spin_lock(&f->state_lock);
 	bool r = dirty ? bitmap_any_set(f->state, n + first, n + end)
 		       : bitmap_all_set(f->state, first, end);

@@ -93,6 +93,15 @@ static inline size_t folio_nblocks(const struct folio *f)
 	return (size_t)1 << (f->size_shift - f->block_shift);
 }
 
+/* Blocks [*first, *end) touched by [off, off+len) (len > 0): outward
+ * rounding. */
+static inline void folio_blocks_outward(const struct folio *f, size_t off,
+					size_t len, size_t *first, size_t *end)
+{
+	*first = off >> f->block_shift;
+	*end = ((off + len - 1) >> f->block_shift) + 1;
+}
+
 /* One block: no bitmap, the flags are the state. */
 static inline bool folio_single_block(const struct folio *f)
 {

@@ -20,17 +20,17 @@
  * count of failed flushes read when it was submitted: a flush that failed
  * after that may have dropped it, even if it completed later and a later
  * flush succeeded.
+ *
+ * Unstable state changes on the completion and flush paths only, never on
+ * the write fast path, so one-block folios take the state lock here too:
+ * the flag and the generation must change together.
  */
+
 /* folio_stabilize() results. */
 #define FOLIO_STABLE_LEFT 1 /* unstable blocks remain (a later flush's) */
 #define FOLIO_STABLE_LOST 2 /* nothing changed: a write behind them was
 			      * submitted before a failed flush the caller's
 			      * `failures` counts, and must be made dirty */
-/*
- * Unstable state changes on the completion and flush paths only, never on
- * the write fast path, so one-block folios take the state lock here too:
- * the flag and the generation must change together.
- */
 
 /* a before b, modulo 2^32 (the stamps keep the low 32 bits). */
 static inline bool stamp_before(uint32_t a, uint32_t b)
@@ -54,9 +54,8 @@ static inline int folio_mark_unstable(struct folio *f, size_t off,
 	int ret = 0;
 	spin_lock(&f->state_lock);
 	if (!folio_single_block(f)) {
-		size_t n = folio_nblocks(f);
-		size_t first = off >> f->block_shift;
-		size_t end = ((off + len - 1) >> f->block_shift) + 1;
+		size_t n = folio_nblocks(f), first, end;
+		folio_blocks_outward(f, off, len, &first, &end);
 		if (3 * n <= 64) {
 			/* The whole state in one word (up to 21 blocks):
 			 * every completion of a small folio's write. */

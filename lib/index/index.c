@@ -640,8 +640,7 @@ unsigned index_find_tagged_batch(const struct index_tree *idx, uint64_t *key,
 		hits[got].entry = e;
 		hits[got].at.node = (struct index_node *)(uintptr_t)n;
 		/* index_entry_mask(), from what the walk has at hand. */
-		hits[got].at.mask = (ALL_BITS >> (INDEX_NODE_SLOTS - slots))
-				    << slot;
+		hits[got].at.mask = bits(slot, slots);
 		hits[got].first = first;
 		hits[got].order = order;
 		got++;

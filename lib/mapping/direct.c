@@ -243,7 +243,8 @@ static void direct_batch(struct folio_mapping *m, enum folio_io_op op,
 		if (write && res < 0)
 			mapping_size_raise(&m->size.landed_maybe,
 					   p[i].pos + p[i].len);
-		/* Whatever came before: a failed flush of the engine. */
+		/* Even after the call stopped: a failed barrier is a
+		 * failed flush of the engine, which the caller settles. */
 		if (d->base.barrier_error && !out->barrier_error)
 			out->barrier_error = d->base.barrier_error;
 		if (out->stopped)
