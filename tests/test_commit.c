@@ -229,6 +229,43 @@ static void test_failed_redo_is_owed(void **state)
 	test_close(m, e);
 }
 
+/*
+ * A flush of the engine fails and loses the engine's cache outside this
+ * mapping's own flushes (another mapping's sync over the same engine)
+ * while a truncate of this mapping sits in that cache. This mapping's
+ * next flush succeeds but proves nothing (a failure came since its
+ * last one), so its sync fails, and it must redo the truncate as after
+ * a failure of its own flush (defect: it only made unstable blocks dirty
+ * again; the sync after it settled the truncate, and a power cut brought
+ * the cut tail back).
+ */
+static void test_foreign_flush_failure_redoes_truncate(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	struct folio_mapping *m = mem_mapping(&e, true, 64 * KIB, 0);
+	struct folio_mapping *other = new_mapping(e, 64 * KIB, 0);
+	unsigned char data[64 * KIB], got[64 * KIB];
+	pattern(data, sizeof(data), 5);
+	assert_int_equal(folio_mapping_write(m, data, sizeof(data), 0),
+			 sizeof(data));
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(folio_mapping_truncate(m, 10000), 0);
+	fail_next(e, FOLIO_MEM_OP_FLUSH, FOLIO_MEM_FAULT_LOSE);
+	assert_int_equal(folio_mapping_sync(other, NULL), -EIO);
+	/* The cache went with the failure: the store has its tail back. */
+	assert_int_equal(test_mem_stats(e).size, sizeof(data));
+	assert_int_equal(folio_mapping_sync(m, NULL), -EIO);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(folio_engine_mem_power_cut(e, 0, 0), 0);
+	struct folio_mem_stats st = test_mem_stats(e);
+	assert_int_equal(st.durable_size, 10000);
+	assert_int_equal(folio_engine_mem_peek_durable(e, got, 10000, 0), 0);
+	assert_memory_equal(got, data, 10000);
+	assert_int_equal(folio_mapping_free(other), 0);
+	test_close(m, e);
+}
+
 /* Written but not flushed: clean, counted, and kept by invalidate and
  * free until a sync made it durable. */
 static void test_unstable_kept(void **state)
@@ -1422,6 +1459,7 @@ int main(void)
 		cmocka_unit_test(test_flush_failure_drop_policy),
 		cmocka_unit_test(test_failed_redo_is_owed),
 		cmocka_unit_test(test_redone_truncate_then_discard),
+		cmocka_unit_test(test_foreign_flush_failure_redoes_truncate),
 		cmocka_unit_test(test_unstable_kept),
 		cmocka_unit_test(test_write_during_flush_stays_unstable),
 		cmocka_unit_test(test_sync_settles_other_unstable),

@@ -327,27 +327,37 @@ static void redo_after_failure(struct folio_mapping *m, bool *locked)
 }
 
 /*
+ * What a barrier that began when the engine's flush failure count was
+ * `failures`, and returned r, proves. A flush of this engine that failed
+ * since this mapping's last one settled, or while this one ran (another
+ * mapping's, or a flush some other caller made), may have dropped writes
+ * and truncates of ours that completed before it: this flush's success
+ * then proves nothing about them, and it counts as failed, truncate redo
+ * included (run_flush_as()). Writes that were in flight across such a
+ * failure see it themselves (wb_end_io()). Called with the role held,
+ * once the barrier returned, before anything acts on r.
+ */
+static int barrier_result(struct folio_mapping *m, uint64_t failures, int r)
+{
+	if (!r && (failures != m->commit.failures_seen ||
+		   atomic_load(&m->engine->flush_failures) != failures))
+		return -EIO;
+	return r;
+}
+
+/*
  * The end of a barrier that began in generation `gen`, when the engine's
- * flush failure count was `failures`, and gave r (io_lock not held). A failure
- * is reported after the walk made the unstable blocks dirty, also when
- * `recorded` says a failed durable write recorded it already: a sync that
- * began in between passed over those blocks while they were unstable,
- * and must not report them as written.
- *
- * A flush of this engine that failed since this mapping's last one
- * settled, or while this one ran (another mapping's, or a flush some
- * other caller made), may have dropped writes of ours that completed
- * before it: this flush's success then proves nothing about them. Writes
- * that were in flight across such a failure see it themselves
- * (wb_end_io()).
+ * flush failure count was `failures`, and gave r (barrier_result(), the
+ * truncate redo done; io_lock not held). A failure is reported after the
+ * walk made the unstable blocks dirty, also when `recorded` says a failed
+ * durable write recorded it already: a sync that began in between passed
+ * over those blocks while they were unstable, and must not report them
+ * as written.
  */
 static int settle_flush(struct folio_mapping *m, uint64_t gen,
 			uint64_t failures, int r, bool recorded,
 			const struct folio_list *written)
 {
-	if (!r && (failures != m->commit.failures_seen ||
-		   atomic_load(&m->engine->flush_failures) != failures))
-		r = -EIO;
 	if (!r) {
 		resize_settled(m, gen);
 		settle_unstable(m, gen, failures, false, written);
@@ -405,7 +415,7 @@ static int run_flush_as(struct folio_mapping *m,
 		r = redo_resize_locked(m);
 		r = r ? r : -EIO;
 	} else {
-		r = engine_flush(m->engine);
+		r = barrier_result(m, failures, engine_flush(m->engine));
 		stat_add(&m->stats.flushes, 1);
 		if (r && redo)
 			redo_after_failure(m, &locked);
@@ -587,7 +597,7 @@ uint64_t mapping_durable_gen(struct folio_mapping *m,
 		   !io->base.barrier_untrusted) {
 		/* Another flush of the engine failed while this was in
 		 * flight: this barrier's success proves nothing about what
-		 * that one dropped (as in settle_flush()). */
+		 * that one dropped (as in barrier_result()). */
 		outcome = atomic_load(&e->flush_failures) == io->flush_failures
 				  ? 0 : -EIO;
 	}
@@ -608,13 +618,14 @@ void mapping_commit_sync(struct folio_mapping *m, struct mapping_durable *d,
 	int r = 1;
 	if (outcome <= 0) {
 		stat_add(&m->stats.flushes, 1);
-		if (outcome < 0) {
+		r = barrier_result(m, d->failures, (int)outcome);
+		if (r) {
 			bool locked = false;
 			redo_after_failure(m, &locked);
 			brlock_write_unlock(&m->io_lock);
 		}
 		/* A write that failed recorded its error as it completed. */
-		r = settle_flush(m, d->flush_gen, d->failures, (int)outcome,
+		r = settle_flush(m, d->flush_gen, d->failures, r,
 				 atomic_load(&m->commit.durable_failed),
 				 written);
 	}
