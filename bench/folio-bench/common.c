@@ -94,6 +94,19 @@ double bench_rss_bytes(void)
 	return (double)rss * (double)sysconf(_SC_PAGESIZE);
 }
 
+double bench_rss_anon_bytes(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	unsigned long kib = 0;
+	bool found = false;
+	while (f && !found && fgets(line, sizeof(line), f))
+		found = sscanf(line, "RssAnon: %lu kB", &kib) == 1;
+	if (f)
+		fclose(f);
+	return found ? (double)kib * 1024.0 : 0.0;
+}
+
 void bench_sleep_until(uint64_t t)
 {
 	struct timespec ts = {(time_t)(t / 1000000000u),
