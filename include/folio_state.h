@@ -256,10 +256,17 @@ FOLIO_EXPORT int folio_set_uptodate(struct folio *f, size_t off, size_t len);
  * mapping's folio this bypasses the mapping's dirty index, and the block
  * would never be written back: use the mapping's write calls there.
  *
- * Context: any thread; takes @f's state lock briefly, never sleeps.
+ * A mapping gives back the per-block state map of a folio of more than
+ * 32 blocks while the folio is wholly uptodate and clean; the first
+ * change after that allocates one again (bare folios never give theirs
+ * back).
+ *
+ * Context: any thread; takes @f's state lock briefly, never sleeps (but
+ * see above: allocating a state map may).
  * Return: FOLIO_BECAME_DIRTY when the folio had no dirty block before (the
  * moment to queue it for writeback), else 0; -EINVAL for NULL @f; -ERANGE
- * when the range leaves the folio or overflows (nothing changed).
+ * when the range leaves the folio or overflows; -ENOMEM when a state map
+ * was needed and could not be had (nothing changed).
  */
 FOLIO_EXPORT int folio_set_dirty(struct folio *f, size_t off, size_t len);
 
@@ -273,12 +280,14 @@ FOLIO_EXPORT int folio_set_dirty(struct folio *f, size_t off, size_t len);
  * When the folio is already fully uptodate only the dirty bits are
  * touched. The caller must have made every touched block valid (edge
  * blocks read or zero-filled) before calling, as the whole block becomes
- * uptodate.
+ * uptodate. A state map may have to be allocated, as for
+ * folio_set_dirty().
  *
- * Context: any thread; takes @f's state lock briefly, never sleeps.
+ * Context: any thread; takes @f's state lock briefly, never sleeps (but
+ * allocating a state map may).
  * Return: a mask of FOLIO_BECAME_DIRTY and FOLIO_BECAME_UPTODATE (either,
  * both or neither); -EINVAL for NULL @f; -ERANGE when the range leaves the
- * folio or overflows (nothing changed).
+ * folio or overflows; -ENOMEM as for folio_set_dirty() (nothing changed).
  */
 FOLIO_EXPORT int folio_set_dirty_uptodate(struct folio *f, size_t off,
 					  size_t len);
@@ -308,10 +317,12 @@ FOLIO_EXPORT int folio_clear_dirty(struct folio *f, size_t off, size_t len);
  * @len: bytes in the range; 0 does nothing.
  *
  * A dirty block is the only copy of its data and keeps its uptodate bit.
+ * A state map may have to be allocated, as for folio_set_dirty().
  *
- * Context: any thread; takes @f's state lock briefly, never sleeps.
+ * Context: any thread; takes @f's state lock briefly, never sleeps (but
+ * allocating a state map may).
  * Return: 0; -EINVAL for NULL @f; -ERANGE when the range leaves the folio
- * or overflows.
+ * or overflows; -ENOMEM as for folio_set_dirty() (nothing changed).
  */
 FOLIO_EXPORT int folio_clear_uptodate(struct folio *f, size_t off, size_t len);
 
@@ -1815,7 +1826,12 @@ struct folio_pool_stats {
 	uint64_t writeback_bytes;  /* bytes of write requests in flight */
 	uint64_t unstable_bytes;   /* written, not yet flushed */
 	uint64_t metadata_bytes;   /* folio headers and bitmaps, index
-				    * nodes, the pool's queues and ghosts */
+				    * nodes, the pool's queues and ghosts;
+				    * the per-block bitmaps of folios of
+				    * more than 32 blocks, kept outside
+				    * their headers while not wholly
+				    * uptodate and clean, for the whole
+				    * process */
 	uint64_t small_bytes, main_bytes; /* the two S3-FIFO queues */
 	uint64_t hits;             /* folio lookups of reads and writes
 				    * that found the folio */

@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "alloc/alloc.h"
+#include "folio/folio.h"
 #include "folio_state.h"
 #include "test_util.h"
 
@@ -732,6 +733,11 @@ static struct alloc_stats lib_stats(void)
 
 /* What a folio costs: its data size and its header class, nothing else;
  * the header is 64 bytes + 3 bits per block in words. */
+static size_t class_bytes(size_t bytes)
+{
+	return alloc_class_size(alloc_meta_class(bytes));
+}
+
 static void test_folio_meta_bytes(void **state)
 {
 	(void)state;
@@ -743,13 +749,26 @@ static void test_folio_meta_bytes(void **state)
 			for (int i = 0; i < N; i++)
 				assert_int_equal(folio_new(&fs[i], 0, size, bs), 0);
 			struct alloc_stats after = lib_stats();
+			/* Header and state map in one object up to
+			 * FOLIO_MAP_INLINE_MAX blocks; above, a header with
+			 * a pointer and the map in an object of its own. */
 			size_t nblocks = size / bs;
-			size_t exact = 64 + (nblocks > 1 ? (3 * nblocks + 63) / 64 * 8 : 0);
+			size_t map = nblocks > 1 ? (3 * nblocks + 63) / 64 * 8 : 0;
+			bool outside = nblocks > FOLIO_MAP_INLINE_MAX;
+			size_t header = 64 + (outside ? 8 : map);
 			size_t meta = (after.meta_bytes - before.meta_bytes) / N;
 			assert_int_equal((after.data_bytes - before.data_bytes) / N,
 					 size);
-			assert_true(meta >= exact);
-			assert_true(exact <= 128 ? meta == exact : meta * 4 <= exact * 5);
+			assert_int_equal(meta, class_bytes(header) +
+						       (outside ? class_bytes(map) : 0));
+			/* Exact classes up to 128 bytes, at most a quarter
+			 * more above. */
+			assert_true(header > 128 ||
+				    class_bytes(header) == header);
+			assert_true(header <= 128 ||
+				    class_bytes(header) * 4 <= header * 5);
+			assert_true(!outside || map <= 128 ||
+				    class_bytes(map) * 4 <= map * 5);
 			for (int i = 0; i < N; i++)
 				folio_put(fs[i]);
 			struct alloc_stats end = lib_stats();

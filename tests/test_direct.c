@@ -66,23 +66,6 @@ static struct folio_mapping *setup(struct folio_engine **e, uint64_t size,
 	return new_mapping(*e, size, flags);
 }
 
-static void expect_store(struct folio_engine *e, const unsigned char *want,
-			 size_t n, uint64_t pos)
-{
-	unsigned char *got = malloc(n);
-	assert_int_equal(folio_engine_mem_peek(e, got, n, pos), 0);
-	assert_memory_equal(got, want, n);
-	free(got);
-}
-
-static void expect_buffered(struct folio_mapping *m,
-			    const unsigned char *want, size_t n, uint64_t pos)
-{
-	unsigned char *got = malloc(n);
-	assert_int_equal(folio_mapping_read(m, got, n, pos), (ssize_t)n);
-	assert_memory_equal(got, want, n);
-	free(got);
-}
 
 static void expect_direct(struct folio_mapping *m, const unsigned char *want,
 			  size_t n, uint64_t pos)
@@ -153,8 +136,8 @@ static void test_overwrite_fast_extend_exclusive(void **state)
 	assert_int_equal(st.direct_fast_writes, 1);
 	assert_int_equal(st.direct_exclusive, 0);
 	assert_int_equal(st.folios, 0); /* no folio made */
-	expect_store(e, b, 2 * BS, 8 * KIB);
-	expect_buffered(m, b, 2 * BS, 8 * KIB);
+	test_expect_store(e, b, 2 * BS, 8 * KIB);
+	test_expect_read(m, b, 2 * BS, 8 * KIB);
 	expect_direct(m, b, 2 * BS, 8 * KIB);
 	/* Past EOF: exclusive, and EOF grows. */
 	assert_int_equal(folio_mapping_write_direct(m, b, 2 * BS, 96 * KIB,
@@ -164,7 +147,7 @@ static void test_overwrite_fast_extend_exclusive(void **state)
 	assert_int_equal(st.direct_exclusive, 1);
 	assert_int_equal(folio_mapping_size(m), 96 * KIB + 2 * BS);
 	unsigned char *z = calloc(1, 32 * KIB);
-	expect_buffered(m, z, 32 * KIB, 64 * KIB); /* the gap reads zeros */
+	test_expect_read(m, z, 32 * KIB, 64 * KIB); /* the gap reads zeros */
 	expect_direct(m, b, 2 * BS, 96 * KIB);
 	/* Straddling EOF: exclusive. */
 	assert_int_equal(folio_mapping_write_direct(m, b, 2 * BS, 100 * KIB,
@@ -269,10 +252,10 @@ static void test_dirty_superseded(void **state)
 	unsigned char want[16 * KIB];
 	memcpy(want, buffered, sizeof(want));
 	memcpy(want + BS, d, 2 * BS);
-	expect_buffered(m, want, sizeof(want), 0);
+	test_expect_read(m, want, sizeof(want), 0);
 	expect_direct(m, want, sizeof(want), 0);
 	assert_int_equal(folio_mapping_sync(m, NULL), 0);
-	expect_store(e, want, sizeof(want), 0);
+	test_expect_store(e, want, sizeof(want), 0);
 	/* The superseded blocks were never written: 2 direct + 2 written
 	 * back (plus the read of blocks 1-2 the buffered read made is not a
 	 * write). */
@@ -303,8 +286,8 @@ static void test_writeback_waited(void **state)
 						    0),
 			 16 * KIB);
 	assert_int_equal(folio_mapping_sync(m, NULL), 0);
-	expect_store(e, d, 16 * KIB, 16 * KIB);
-	expect_buffered(m, d, 16 * KIB, 16 * KIB);
+	test_expect_store(e, d, 16 * KIB, 16 * KIB);
+	test_expect_read(m, d, 16 * KIB, 16 * KIB);
 	free(d);
 	free(buffered);
 	test_close(m, e);
@@ -428,7 +411,7 @@ static void test_failing_and_short(void **state)
 	f.short_len = BS;
 	assert_int_equal(folio_engine_mem_inject(e, &f), 0);
 	assert_int_equal(folio_mapping_write_direct(m, d, 4 * BS, 0, 0), BS);
-	expect_store(e, d, BS, 0);
+	test_expect_store(e, d, BS, 0);
 	/* A read failure is the read's error. */
 	f.ops = FOLIO_MEM_OP_READ;
 	f.short_len = 0;
@@ -477,7 +460,7 @@ static void test_pending_truncate_settled(void **state)
 		assert_int_equal(folio_engine_mem_inject(e, &f), 0);
 		assert_int_equal(folio_mapping_sync(m, NULL), -EIO);
 		assert_int_equal(folio_mapping_sync(m, NULL), 0);
-		expect_store(e, d, BS, 32 * KIB);
+		test_expect_store(e, d, BS, 32 * KIB);
 		free(d);
 		test_close(m, e);
 	}
@@ -532,7 +515,7 @@ static void test_dsync_after_settle_flush_fails(void **state)
 		unsigned char *d = abuf(sizeof(w));
 		assert_int_equal(folio_mapping_read_direct(m, d, sizeof(w), BS),
 				 (ssize_t)sizeof(w));
-		expect_store(e, w, sizeof(w), BS);
+		test_expect_store(e, w, sizeof(w), BS);
 		assert_int_equal(folio_mapping_truncate(m, 32 * KIB), 0);
 		struct folio_mem_fault f = {.sz = sizeof(f),
 					    .ops = FOLIO_MEM_OP_FLUSH,
@@ -639,11 +622,11 @@ static void test_failed_extending_write_landed(void **state)
 		assert_int_equal(test_mem_stats(e).size, 16 * KIB);
 		unsigned char init[16 * KIB];
 		fill(init, sizeof(init), 0);
-		expect_store(e, init, sizeof(init), 0);
+		test_expect_store(e, init, sizeof(init), 0);
 		/* Growing EOF again shows zeros, not the lost write. */
 		assert_int_equal(folio_mapping_truncate(m, 48 * KIB), 0);
 		unsigned char zero[8 * BS] = {0};
-		expect_buffered(m, zero, sizeof(zero), 16 * KIB);
+		test_expect_read(m, zero, sizeof(zero), 16 * KIB);
 		free(d);
 		test_close(m, e);
 	}

@@ -286,6 +286,19 @@ static void load(struct folio *f, const struct model *m)
 			b = e;
 		}
 	}
+	/* Half the time a wholly uptodate, clean folio of many blocks
+	 * gives its map back, and the operation meets the shared one. */
+	if (test_rand(&rng) & 1) {
+		size_t before = folio_outside_map_bytes();
+		size_t back = folio_compact_state(f);
+		bool may = m->n > FOLIO_MAP_INLINE_MAX && model_all_up(m) &&
+			   !model_any_dirty(m);
+		CHECK(may ? back > 0 : back == 0,
+		      "load: compaction gave back %zu\n", back);
+		CHECK(folio_outside_map_bytes() == before - back,
+		      "load: outside map bytes %zu, want %zu\n",
+		      folio_outside_map_bytes(), before - back);
+	}
 }
 
 /* ---- generated states ---------------------------------------------- */
@@ -467,7 +480,7 @@ static const struct geom small_geoms[] = {
 	{512, 512},	    {4096, 4096},	{64 * KIB, 64 * KIB},
 	{1024, 512},	    {8192, 4096},	{8192, 512},
 	{64 * KIB, 4096},   {16 * KIB, 512},	{128 * KIB, 4096},
-	{32 * KIB, 512},    {256 * KIB, 4096},
+	{32 * KIB, 512},    {256 * KIB, 4096},	{64 * KIB, 1024},
 };
 
 static void test_model_small(void **state)
@@ -1245,6 +1258,102 @@ static void test_try_get_and_freeze(void **state)
 	epoch_barrier();
 }
 
+/*
+ * A folio of many blocks keeps its state map outside its header, and
+ * gives it back while wholly uptodate, clean and stable (the pool of a
+ * read cache then keeps 64 bytes of header per 2 MiB folio, not 256).
+ * Compaction is refused while anything is dirty, unstable or under
+ * writeback (a write's completion must mark its blocks without
+ * allocating); every state call on the shared map sees "all uptodate,
+ * nothing dirty or unstable" and writes nothing to it; a change takes a
+ * map of its own again, or fails with -ENOMEM changing nothing. The
+ * process-wide count of outside map bytes follows each step.
+ */
+static void test_outside_map(void **state)
+{
+	(void)state;
+	const size_t size = 2 * MIB, bs = 4096, mapb = 3 * 512 / 8;
+	size_t b0 = folio_outside_map_bytes(), u, d, un;
+	struct folio *f;
+	assert_int_equal(folio_new(&f, 0, size, bs), 0);
+	assert_int_equal(folio_outside_map_bytes(), b0 + mapb);
+	assert_int_equal(folio_compact_state(f), 0); /* nothing uptodate */
+	assert_int_equal(folio_set_uptodate(f, 0, size), FOLIO_BECAME_UPTODATE);
+	assert_int_equal(folio_compact_state(f), mapb);
+	assert_int_equal(folio_outside_map_bytes(), b0);
+	assert_int_equal(folio_compact_state(f), 0); /* shared already */
+
+	/* Every call sees the state the shared map says. */
+	folio_count_blocks(f, &u, &d, &un);
+	assert_true(u == 512 && d == 0 && un == 0);
+	assert_int_equal(folio_is_uptodate(f, 0, size), 1);
+	assert_int_equal(folio_is_dirty(f, 0, size), 0);
+	size_t off = 0;
+	assert_int_equal(folio_next_dirty(f, &off), 0);
+	assert_int_equal(folio_next_missing(f, &off), 0);
+	struct folio_range runs[4];
+	assert_int_equal(folio_take_dirty(f, runs, 4), 0);
+	assert_int_equal(folio_clear_dirty(f, 0, size), 0);
+	assert_int_equal(folio_forget_unstable(f, 0, size), 0);
+	assert_int_equal(folio_redirty_unstable(f, &un, &d), 0);
+	assert_int_equal(folio_stabilize(f, 1, 0, &un), 0);
+	assert_int_equal(folio_set_uptodate(f, 0, size), 0);
+	folio_drain(f, &d, &un);
+	assert_true(d == 0 && un == 0);
+	assert_int_equal(folio_outside_map_bytes(), b0);
+
+	/* Out of memory: the write's dirtying fails and changes nothing. */
+	atomic_store(&folio_map_fail_next, 1);
+	assert_int_equal(folio_set_dirty(f, 8192, 4096), -ENOMEM);
+	assert_int_equal(folio_own_state(f), 0);
+	assert_int_equal(folio_outside_map_bytes(), b0 + mapb);
+	assert_int_equal(folio_compact_state(f), mapb);
+	atomic_store(&folio_map_fail_next, 1);
+	assert_int_equal(folio_own_state(f), -ENOMEM);
+	atomic_store(&folio_map_fail_next, 1);
+	assert_int_equal(folio_clear_uptodate(f, 0, 4096), -ENOMEM);
+	assert_int_equal(folio_is_uptodate(f, 0, size), 1);
+
+	/* A write, its writeback, its flush. */
+	assert_int_equal(folio_set_dirty(f, 8192, 4096), FOLIO_BECAME_DIRTY);
+	assert_int_equal(folio_outside_map_bytes(), b0 + mapb);
+	folio_count_blocks(f, &u, &d, &un);
+	assert_true(u == 512 && d == 1 && un == 0);
+	assert_int_equal(folio_compact_state(f), 0); /* dirty */
+	assert_true(folio_trystart_writeback(f));
+	assert_int_equal(folio_take_dirty(f, runs, 4), 1);
+	assert_true(runs[0].off == 8192 && runs[0].len == 4096);
+	assert_int_equal(folio_compact_state(f), 0); /* under writeback */
+	assert_int_equal(folio_mark_unstable(f, 8192, 4096, 1, 0, &un),
+			 FOLIO_BECAME_UNSTABLE);
+	folio_end_writeback_held(f);
+	assert_int_equal(folio_compact_state(f), 0); /* unstable */
+	assert_int_equal(folio_stabilize(f, 1, 0, &un), 0);
+	assert_int_equal(un, 1);
+	assert_int_equal(folio_compact_state(f), mapb);
+
+	/* Invalidating part of it takes a map again. */
+	assert_int_equal(folio_clear_uptodate(f, 4096, 8192), 0);
+	folio_count_blocks(f, &u, &d, &un);
+	assert_true(u == 510 && d == 0 && un == 0);
+	assert_int_equal(folio_compact_state(f), 0);
+	folio_put(f);
+	assert_int_equal(folio_outside_map_bytes(), b0);
+
+	/* Up to FOLIO_MAP_INLINE_MAX blocks the map stays in the header. */
+	assert_int_equal(folio_new(&f, 0, 128 * KIB, bs), 0);
+	assert_int_equal(folio_set_uptodate(f, 0, 128 * KIB),
+			 FOLIO_BECAME_UPTODATE);
+	assert_int_equal(folio_compact_state(f), 0);
+	assert_int_equal(folio_outside_map_bytes(), b0);
+	folio_put(f);
+	/* A folio whose map cannot be had is not made. */
+	atomic_store(&folio_map_fail_next, 1);
+	assert_int_equal(folio_new(&f, 0, size, bs), -ENOMEM);
+	assert_int_equal(folio_outside_map_bytes(), b0);
+	epoch_barrier();
+}
+
 /* Unstable blocks are released by a flush that began after their writes
  * completed (flush generations) and counted no failed flush their
  * writes were not submitted under; a failure counted since makes the
@@ -1312,6 +1421,7 @@ int main(void)
 		cmocka_unit_test(test_transitions),
 		cmocka_unit_test(test_dirty_keeps_uptodate),
 		cmocka_unit_test(test_unstable_stamps),
+		cmocka_unit_test(test_outside_map),
 		cmocka_unit_test(test_word_boundaries),
 		cmocka_unit_test(test_bad_ranges),
 		cmocka_unit_test(test_bad_next_and_take),

@@ -97,6 +97,26 @@ struct folio_mem_stats test_mem_stats(struct folio_engine *e)
 	return st;
 }
 
+void test_expect_read(struct folio_mapping *m, const void *want, size_t n,
+		      uint64_t pos)
+{
+	unsigned char *got = malloc(n);
+	assert_non_null(got);
+	assert_int_equal(folio_mapping_read(m, got, n, pos), (ssize_t)n);
+	assert_memory_equal(got, want, n);
+	free(got);
+}
+
+void test_expect_store(struct folio_engine *e, const void *want, size_t n,
+		       uint64_t pos)
+{
+	unsigned char *got = malloc(n);
+	assert_non_null(got);
+	assert_int_equal(folio_engine_mem_peek(e, got, n, pos), 0);
+	assert_memory_equal(got, want, n);
+	free(got);
+}
+
 void test_close(struct folio_mapping *m, struct folio_engine *e)
 {
 	if (m) {

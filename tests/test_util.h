@@ -84,6 +84,13 @@ struct folio_mem_fault test_random_fault(uint64_t *seed, bool reads_truncates,
 					 size_t short_max,
 					 uint64_t skip_below);
 
+/* The mapping's buffered read of [pos, pos+n), and the mem engine's
+ * store there, must equal `want` (failing the test otherwise). */
+void test_expect_read(struct folio_mapping *m, const void *want, size_t n,
+		      uint64_t pos);
+void test_expect_store(struct folio_engine *e, const void *want, size_t n,
+		       uint64_t pos);
+
 /* Tear down a test's mapping (discarding dirty data; may be NULL) and
  * its engine, failing the test if either refuses. */
 void test_close(struct folio_mapping *m, struct folio_engine *e);

@@ -240,6 +240,9 @@ void alloc_folio_mem_free(void *data, size_t data_size, void *meta,
  * lock-free lookup may still read the header of a folio just freed). */
 void alloc_folio_data_free(void *data, size_t data_size);
 void alloc_folio_meta_free(void *meta, size_t meta_size);
+/* One more metadata object (a folio's state map kept outside its header):
+ * at most ALLOC_MAX_META bytes; NULL when out of memory or too large. */
+void *alloc_folio_meta(size_t meta_size);
 void alloc_stats(struct alloc_stats *st);
 /* Return the calling thread's cache to the arena. */
 void alloc_thread_flush(void);

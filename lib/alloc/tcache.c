@@ -343,6 +343,14 @@ void alloc_folio_data_free(void *data, size_t data_size)
 		data);
 }
 
+void *alloc_folio_meta(size_t meta_size)
+{
+	unsigned mc = alloc_meta_class(meta_size);
+	if (mc >= ALLOC_NCLASSES)
+		return NULL;
+	return obj_get(&alloc_default_arena, tc_get(), mc, NULL);
+}
+
 void alloc_folio_meta_free(void *meta, size_t meta_size)
 {
 	obj_put(&alloc_default_arena, tc_get(), alloc_meta_class(meta_size),

@@ -1,12 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Per-block uptodate, dirty and unstable state. Bits [0, N) of f->state
- * say which blocks are uptodate, bits [N, 2N) which are dirty, bits
- * [2N, 3N) which were written but not yet flushed. Every bitmap access
- * happens under f->state_lock; the UPTODATE and DIRTY flags summarise the
- * bitmap and change only under the same lock, so a lock-free reader of the
- * flags never sees them disagree with a completed update. A one-block folio
- * has no bitmap: its flags are its state and change by atomic operations.
+ * Per-block uptodate, dirty and unstable state. Bits [0, N) of the state
+ * map (folio_state_map()) say which blocks are uptodate, bits [N, 2N)
+ * which are dirty, bits [2N, 3N) which were written but not yet flushed.
+ * Every map access happens under f->state_lock; the UPTODATE, DIRTY and
+ * UNSTABLE flags summarise the map and change only under the same lock,
+ * so a lock-free reader of the flags never sees them disagree with a
+ * completed update. A one-block folio has no map: its flags are its
+ * state and change by atomic operations. A shared map (map.c) is never
+ * written: what would change it takes a map of its own first, and what
+ * finds nothing to change (no dirty or unstable bit, by the flags) does
+ * not write.
  */
 #include "bitmap/bitmap.h"
 #include "folio/folio.h"
@@ -33,6 +37,25 @@ static inline bool test_bit(const uint64_t *map, size_t i)
 static inline unsigned load_flags(struct folio *f)
 {
 	return atomic_load_explicit(&f->flags, memory_order_relaxed);
+}
+
+/*
+ * Take state_lock with a state map of the folio's own (not the shared
+ * one), for a change of it: 0, or -ENOMEM with the lock not held and
+ * nothing changed. The map is owned again outside the lock; a compaction
+ * that came in between makes this go round again.
+ */
+static inline int lock_own_map(struct folio *f)
+{
+	for (;;) {
+		int r = folio_own_state(f);
+		if (r)
+			return r;
+		spin_lock(&f->state_lock);
+		if (!(load_flags(f) & FOLIO_F_MAP_SHARED))
+			return 0;
+		spin_unlock(&f->state_lock);
+	}
 }
 
 static int update_single(struct folio *f, unsigned what, size_t *newly)
@@ -79,10 +102,15 @@ folio_update(struct folio *f, size_t off, size_t len, unsigned what,
 	size_t n = folio_nblocks(f), first, end;
 	folio_blocks_outward(f, off, len, &first, &end);
 
-	spin_lock(&f->state_lock);
+	/* Making blocks dirty changes a shared map (all clean). */
+	if ((what & UPD_DIRTY) && (ret = lock_own_map(f)))
+		return ret;
+	if (!(what & UPD_DIRTY))
+		spin_lock(&f->state_lock);
+	uint64_t *map = folio_state_map(f);
 	unsigned flags = load_flags(f);
 	if ((what & UPD_UPTODATE) && !(flags & FOLIO_F_UPTODATE)) {
-		bitmap_set_range(f->state, first, end);
+		bitmap_set_range(map, first, end);
 		/* [first, end) was just set, so only the rest can be
 		 * missing, and a missing block is usually right next to the
 		 * range: the next one for a forward writer, the previous one
@@ -90,10 +118,10 @@ folio_update(struct folio *f, size_t off, size_t len, unsigned what,
 		 * O(1); scanning from block 0 every time re-read everything
 		 * written so far (twice the cost of a sequential 512 B write
 		 * into a 2 MiB folio). */
-		if ((end == n || test_bit(f->state, end)) &&
-		    (first == 0 || test_bit(f->state, first - 1)) &&
-		    bitmap_all_set(f->state, end, n) &&
-		    bitmap_all_set(f->state, 0, first)) {
+		if ((end == n || test_bit(map, end)) &&
+		    (first == 0 || test_bit(map, first - 1)) &&
+		    bitmap_all_set(map, end, n) &&
+		    bitmap_all_set(map, 0, first)) {
 			atomic_fetch_or_explicit(&f->flags, FOLIO_F_UPTODATE,
 						 memory_order_release);
 			ret |= FOLIO_BECAME_UPTODATE;
@@ -103,10 +131,10 @@ folio_update(struct folio *f, size_t off, size_t len, unsigned what,
 		/* Counting costs a popcount per word: only for callers
 		 * that keep dirty totals. */
 		if (count)
-			*newly = bitmap_set_range_count(f->state, n + first,
+			*newly = bitmap_set_range_count(map, n + first,
 							n + end);
 		else
-			bitmap_set_range(f->state, n + first, n + end);
+			bitmap_set_range(map, n + first, n + end);
 		if (!(flags & FOLIO_F_DIRTY)) {
 			atomic_fetch_or_explicit(&f->flags, FOLIO_F_DIRTY,
 						 memory_order_release);
@@ -143,7 +171,7 @@ int folio_dirty_counted(struct folio *f, size_t off, size_t len,
  * cleared. */
 static void recompute_dirty_flag_locked(struct folio *f, size_t n)
 {
-	if (!bitmap_any_set(f->state, n, 2 * n))
+	if (!bitmap_any_set(folio_state_map(f), n, 2 * n))
 		atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_DIRTY,
 					  memory_order_release);
 }
@@ -181,8 +209,11 @@ static int clear_dirty(struct folio *f, size_t off, size_t len,
 	}
 	size_t n = folio_nblocks(f);
 	spin_lock(&f->state_lock);
-	*cleared = bitmap_clear_range_count(f->state, n + first, n + end);
-	recompute_dirty_flag_locked(f, n);
+	if (load_flags(f) & FOLIO_F_DIRTY) {
+		*cleared = bitmap_clear_range_count(folio_state_map(f),
+						    n + first, n + end);
+		recompute_dirty_flag_locked(f, n);
+	}
 	spin_unlock(&f->state_lock);
 	return 0;
 }
@@ -217,15 +248,18 @@ int folio_clear_uptodate(struct folio *f, size_t off, size_t len)
 		return 0;
 	}
 	size_t n = folio_nblocks(f);
-	spin_lock(&f->state_lock);
+	ret = lock_own_map(f);
+	if (ret)
+		return ret;
+	uint64_t *map = folio_state_map(f);
 	/* Clear uptodate on each run of clean blocks in [first, end). */
 	size_t b = first;
 	while (b < end) {
-		size_t clean = bitmap_next_clear(f->state, n + b, n + end) - n;
+		size_t clean = bitmap_next_clear(map, n + b, n + end) - n;
 		if (clean >= end)
 			break;
-		size_t stop = bitmap_next_set(f->state, n + clean, n + end) - n;
-		bitmap_clear_range(f->state, clean, stop);
+		size_t stop = bitmap_next_set(map, n + clean, n + end) - n;
+		bitmap_clear_range(map, clean, stop);
 		atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_UPTODATE,
 					  memory_order_release);
 		b = stop;
@@ -254,8 +288,9 @@ static int range_query(struct folio *f, size_t off, size_t len, bool dirty)
 	size_t n = folio_nblocks(f), first, end;
 	folio_blocks_outward(f, off, len, &first, &end);
 	spin_lock(&f->state_lock);
-	bool r = dirty ? bitmap_any_set(f->state, n + first, n + end)
-		       : bitmap_all_set(f->state, first, end);
+	const uint64_t *map = folio_state_map(f);
+	bool r = dirty ? bitmap_any_set(map, n + first, n + end)
+		       : bitmap_all_set(map, first, end);
 	spin_unlock(&f->state_lock);
 	return r ? 1 : 0;
 }
@@ -295,12 +330,13 @@ static ssize_t next_run(struct folio *f, size_t *off, bool dirty)
 
 	size_t n = folio_nblocks(f), base = dirty ? n : 0, s, e;
 	spin_lock(&f->state_lock);
+	const uint64_t *map = folio_state_map(f);
 	if (dirty) {
-		s = bitmap_next_set(f->state, base + first, base + n);
-		e = bitmap_next_clear(f->state, s, base + n);
+		s = bitmap_next_set(map, base + first, base + n);
+		e = bitmap_next_clear(map, s, base + n);
 	} else {
-		s = bitmap_next_clear(f->state, first, n);
-		e = bitmap_next_set(f->state, s, n);
+		s = bitmap_next_clear(map, first, n);
+		e = bitmap_next_set(map, s, n);
 	}
 	spin_unlock(&f->state_lock);
 	if (s == base + n)
@@ -366,12 +402,14 @@ take_dirty_bitmap(struct folio *f, size_t n, size_t b,
 {
 	size_t taken = 0;
 	spin_lock(&f->state_lock);
+	/* A shared map has no dirty bit: this finds none, writes nothing. */
+	uint64_t *map = folio_state_map(f);
 	while (taken < max_runs) {
-		size_t s = bitmap_next_set(f->state, b, 2 * n);
+		size_t s = bitmap_next_set(map, b, 2 * n);
 		if (s == 2 * n)
 			break;
-		size_t e = bitmap_next_clear(f->state, s, 2 * n);
-		bitmap_clear_range(f->state, s, e);
+		size_t e = bitmap_next_clear(map, s, 2 * n);
+		bitmap_clear_range(map, s, e);
 		runs[taken].off = (s - n) << f->block_shift;
 		runs[taken].len = (e - s) << f->block_shift;
 		taken++;
@@ -430,9 +468,10 @@ void folio_count_blocks(struct folio *f, size_t *uptodate, size_t *dirty,
 	}
 	size_t n = folio_nblocks(f);
 	spin_lock(&f->state_lock);
-	*uptodate = bitmap_count(f->state, 0, n);
-	*dirty = bitmap_count(f->state, n, 2 * n);
-	*unstable = bitmap_count(f->state, 2 * n, 3 * n);
+	const uint64_t *map = folio_state_map(f);
+	*uptodate = bitmap_count(map, 0, n);
+	*dirty = bitmap_count(map, n, 2 * n);
+	*unstable = bitmap_count(map, 2 * n, 3 * n);
 	spin_unlock(&f->state_lock);
 }
 
@@ -445,10 +484,13 @@ void folio_drain(struct folio *f, size_t *dirty, size_t *unstable)
 	if (folio_single_block(f)) {
 		*dirty = (old & FOLIO_F_DIRTY) ? 1 : 0;
 		*unstable = (old & FOLIO_F_UNSTABLE) ? 1 : 0;
+	} else if (old & FOLIO_F_MAP_SHARED) {
+		*dirty = *unstable = 0;
 	} else {
 		size_t n = folio_nblocks(f);
-		*dirty = bitmap_clear_range_count(f->state, n, 2 * n);
-		*unstable = bitmap_clear_range_count(f->state, 2 * n, 3 * n);
+		uint64_t *map = folio_state_map(f);
+		*dirty = bitmap_clear_range_count(map, n, 2 * n);
+		*unstable = bitmap_clear_range_count(map, 2 * n, 3 * n);
 	}
 	spin_unlock(&f->state_lock);
 }
@@ -471,11 +513,13 @@ int folio_redirty_unstable(struct folio *f, size_t *unstable,
 		return 0;
 	}
 	if (!folio_single_block(f)) {
+		/* Unstable blocks: the map is the folio's own. */
 		size_t n = folio_nblocks(f), b = 2 * n;
-		while ((b = bitmap_next_set(f->state, b, 3 * n)) < 3 * n) {
-			size_t e = bitmap_next_clear(f->state, b, 3 * n);
+		uint64_t *map = folio_state_map(f);
+		while ((b = bitmap_next_set(map, b, 3 * n)) < 3 * n) {
+			size_t e = bitmap_next_clear(map, b, 3 * n);
 			*newly_dirty +=
-				bitmap_set_range_count(f->state, b - n, e - n);
+				bitmap_set_range_count(map, b - n, e - n);
 			b = e;
 		}
 	} else if (!(flags & FOLIO_F_DIRTY)) {
@@ -488,6 +532,23 @@ int folio_redirty_unstable(struct folio *f, size_t *unstable,
 	return (old & FOLIO_F_DIRTY) ? 0 : FOLIO_BECAME_DIRTY;
 }
 
+size_t unstable_mark_map_locked(struct folio *f, size_t first, size_t end)
+{
+	/* Under writeback: the map is the folio's own (map.c). */
+	size_t n = folio_nblocks(f);
+	return bitmap_set_range_count(folio_state_map(f), 2 * n + first,
+				      2 * n + end);
+}
+
+size_t unstable_clear_map_locked(struct folio *f)
+{
+	/* Without UNSTABLE the map may be the shared one: nothing to do. */
+	if (!(load_flags(f) & FOLIO_F_UNSTABLE))
+		return 0;
+	size_t n = folio_nblocks(f);
+	return bitmap_clear_range_count(folio_state_map(f), 2 * n, 3 * n);
+}
+
 size_t folio_forget_unstable(struct folio *f, size_t off, size_t len)
 {
 	size_t first, end, gone = 0;
@@ -497,11 +558,14 @@ size_t folio_forget_unstable(struct folio *f, size_t off, size_t len)
 	spin_lock(&f->state_lock);
 	if (folio_single_block(f)) {
 		gone = unstable_clear_all_locked(f);
-	} else {
+	} else if (load_flags(f) & FOLIO_F_UNSTABLE) {
+		/* Looked at again under the lock: a settle may have
+		 * released the blocks, and compaction the map, since. */
 		size_t n = folio_nblocks(f);
-		gone = bitmap_clear_range_count(f->state, 2 * n + first,
+		uint64_t *map = folio_state_map(f);
+		gone = bitmap_clear_range_count(map, 2 * n + first,
 						2 * n + end);
-		if (!bitmap_any_set(f->state, 2 * n, 3 * n))
+		if (!bitmap_any_set(map, 2 * n, 3 * n))
 			unstable_clear_all_locked(f);
 	}
 	spin_unlock(&f->state_lock);

@@ -19,10 +19,15 @@
 #endif
 #endif
 
-/* Header + 3 bits per block, in whole words; none for one block. */
+/* Header + 3 bits per block, in whole words (none for one block), or a
+ * pointer to a map outside. */
 static size_t meta_size(size_t nblocks)
 {
-	size_t words = nblocks > 1 ? BITMAP_WORDS(3 * nblocks) : 0;
+	size_t words = 0;
+	if (nblocks > FOLIO_MAP_INLINE_MAX)
+		words = 1;
+	else if (nblocks > 1)
+		words = BITMAP_WORDS(3 * nblocks);
 	return sizeof(struct folio) + words * sizeof(uint64_t);
 }
 
@@ -36,7 +41,6 @@ int folio_alloc(struct folio **out, uint64_t pos, size_t size,
 		return -EINVAL;
 
 	size_t nblocks = size / block_size;
-	size_t words = nblocks > 1 ? BITMAP_WORDS(3 * nblocks) : 0;
 	void *data, *meta;
 	bool zeroed;
 	if (alloc_folio_mem(size, meta_size(nblocks), &data, &meta, &zeroed))
@@ -59,7 +63,16 @@ int folio_alloc(struct folio **out, uint64_t pos, size_t size,
 	f->mapping = NULL;
 	f->unstable_gen = f->unstable_failures = 0;
 	f->begin_off = f->begin_len = 0;
-	memset(f->state, 0, words * sizeof(uint64_t));
+	if (folio_map_outside(f)) {
+		if (folio_map_init(f)) {
+			alloc_folio_mem_free(data, size, meta,
+					     meta_size(nblocks));
+			return -ENOMEM;
+		}
+	} else if (nblocks > 1) {
+		memset(f->state, 0, BITMAP_WORDS(3 * nblocks) *
+					    sizeof(uint64_t));
+	}
 	*out = f;
 	return 0;
 }
@@ -206,6 +219,9 @@ void folio_free_unreferenced(struct folio *f)
 	 * data goes now (nobody reaches it without a reference), its header
 	 * after a grace period. Whatever a cache counted for it went back
 	 * when it left the index, so the budget never sees the wait. */
+	/* Only holders of a reference read the state map. */
+	if (folio_map_outside(f))
+		folio_map_release(f);
 	if (atomic_load_explicit(&f->flags, memory_order_relaxed) &
 	    FOLIO_F_REMOVED) {
 		alloc_folio_data_free(f->data, folio_size(f));

@@ -26,6 +26,9 @@
 #define FOLIO_F_WRITE_BEGIN 0x80u /* LOCKED was taken by write_begin() */
 #define FOLIO_F_READAHEAD 0x100u /* reaching it starts the next window */
 #define FOLIO_F_RA_UNREAD 0x200u /* brought in by readahead, not yet read */
+#define FOLIO_F_MAP_SHARED 0x400u /* the state map is the shared one of a
+				   * wholly uptodate, clean, stable folio
+				   * (folio_compact_state()) */
 
 /*
  * The version (bits 12..31 of the flags word): an optimistic reader's
@@ -33,19 +36,23 @@
  * folio_read_begin()). The folio lock is the odd state of a seqcount:
  * every change of data or of state a reader looks at (uptodate, removed)
  * is made under it, and every unlock adds FOLIO_SEQ_ONE in the same
- * atomic operation that clears LOCKED. Bits 10 and 11 stay free for flags.
+ * atomic operation that clears LOCKED. Bit 11 stays free for flags.
  */
 #define FOLIO_SEQ_SHIFT 12
 #define FOLIO_SEQ_ONE (1u << FOLIO_SEQ_SHIFT)
 #define FOLIO_SEQ_MASK (~(FOLIO_SEQ_ONE - 1))
 
 /*
- * Header is 64 bytes on LP64; the per-block state follows in the same
- * allocation: bits [0, N) uptodate, [N, 2N) dirty, [2N, 3N) unstable
- * (written, not yet flushed). With N == 1 there is no bitmap at all and
- * the UPTODATE/DIRTY/UNSTABLE flags are the state. N follows from the two
- * shifts, which leaves room in the first word for what a cache of folios
- * (the pool) keeps per folio without growing the header.
+ * Header is 64 bytes on LP64; the per-block state map follows: bits [0, N)
+ * uptodate, [N, 2N) dirty, [2N, 3N) unstable (written, not yet flushed).
+ * With N == 1 there is no map at all and the UPTODATE/DIRTY/UNSTABLE
+ * flags are the state. Up to FOLIO_MAP_INLINE_MAX blocks the map is in
+ * the same allocation (state[]); above, state[0] points to it (see
+ * folio_state_map()), so that a wholly uptodate, clean and stable folio
+ * can share one read-only map instead of keeping 3 bits per block
+ * (folio_compact_state()). N follows from the two shifts, which leaves
+ * room in the first word for what a cache of folios (the pool) keeps
+ * per folio without growing the header.
  */
 struct folio {
 	atomic_uint flags;
@@ -93,6 +100,24 @@ static inline size_t folio_nblocks(const struct folio *f)
 	return (size_t)1 << (f->size_shift - f->block_shift);
 }
 
+/* The most blocks whose map stays inside the header: 32 blocks (128 KiB
+ * of 4 KiB blocks) take 12 bytes there, less than a pointer and an
+ * object of their own. */
+#define FOLIO_MAP_INLINE_MAX 32u
+
+static inline bool folio_map_outside(const struct folio *f)
+{
+	return folio_nblocks(f) > FOLIO_MAP_INLINE_MAX;
+}
+
+/* The per-block state map of a multi-block folio. Read and written
+ * under state_lock only: outside maps change place under it. */
+static inline uint64_t *folio_state_map(struct folio *f)
+{
+	return folio_map_outside(f) ? (uint64_t *)(uintptr_t)f->state[0]
+				    : f->state;
+}
+
 /* Blocks [*first, *end) touched by [off, off+len) (len > 0): outward
  * rounding. */
 static inline void folio_blocks_outward(const struct folio *f, size_t off,
@@ -108,8 +133,60 @@ static inline bool folio_single_block(const struct folio *f)
 	return f->size_shift == f->block_shift;
 }
 
-/* Bytes of the folio's own metadata: the header and its state bitmap. */
+/* Bytes of the folio's header, with its state map when that is inside
+ * (constant over the folio's life). */
 size_t folio_metadata_bytes(const struct folio *f);
+
+/*
+ * Outside state maps (folios of more than FOLIO_MAP_INLINE_MAX blocks).
+ *
+ * folio_compact_state(): once a folio is wholly uptodate, clean, stable
+ * and not under writeback, give its map back and point at the shared
+ * read-only one (a cache of large folios read from the store keeps 64
+ * bytes of header per folio instead of 3 bits per block). Returns the
+ * bytes given back (0: kept). Refused for a folio under writeback: its
+ * completion must be able to mark blocks unstable or dirty without
+ * allocating. Callers hold the folio lock, as every writer does from
+ * folio_own_state() to marking its blocks dirty, so no map goes while a
+ * writer relies on having one.
+ *
+ * folio_own_state(): give a folio with the shared map a map of its own
+ * again (a copy of the shared state); 0, or -ENOMEM with nothing
+ * changed. A writer calls it before it changes the folio's data, so that
+ * marking the bytes dirty afterwards cannot fail; the state functions
+ * that change a shared map call it themselves.
+ *
+ * folio_outside_map_bytes(): the outside maps of every folio in the
+ * process, in bytes (the allocator's object sizes).
+ */
+size_t folio_compact_state(struct folio *f);
+int folio_own_state_slow(struct folio *f);
+size_t folio_outside_map_bytes(void);
+/* folio_alloc() and the last put's: a new folio's outside map, all zero
+ * (nothing uptodate), 0 or -ENOMEM; giving it back with the folio (the
+ * shared one stays). */
+int folio_map_init(struct folio *f);
+void folio_map_release(struct folio *f);
+/* Tests: the next this many outside map allocations fail as out of
+ * memory would (the library never sets it). */
+extern _Atomic unsigned folio_map_fail_next;
+
+/* A writer's look before it copies into a folio it holds locked: wholly
+ * uptodate, with a state map of its own, so there is nothing to prepare
+ * (one load of the flags where asking each would take two). */
+static inline bool folio_ready_for_write(const struct folio *f)
+{
+	return (atomic_load_explicit(&f->flags, memory_order_relaxed) &
+		(FOLIO_F_UPTODATE | FOLIO_F_MAP_SHARED)) == FOLIO_F_UPTODATE;
+}
+
+static inline int folio_own_state(struct folio *f)
+{
+	return (atomic_load_explicit(&f->flags, memory_order_relaxed) &
+		FOLIO_F_MAP_SHARED)
+		       ? folio_own_state_slow(f)
+		       : 0;
+}
 
 /* folio_new() without the zero-fill: the mapping fills (or reads) every
  * byte before it marks it uptodate, and zeroing a 2 MiB folio that a write

@@ -32,6 +32,13 @@
 			      * submitted before a failed flush the caller's
 			      * `failures` counts, and must be made dirty */
 
+/* The state-map halves of folio_mark_unstable() and
+ * unstable_clear_all_locked() for folios whose state spans several words
+ * (blocks.c): out of line, so that the one-word path every small folio
+ * takes keeps its registers. Caller holds the state lock. */
+size_t unstable_mark_map_locked(struct folio *f, size_t first, size_t end);
+size_t unstable_clear_map_locked(struct folio *f);
+
 /* a before b, modulo 2^32 (the stamps keep the low 32 bits). */
 static inline bool stamp_before(uint32_t a, uint32_t b)
 {
@@ -40,7 +47,8 @@ static inline bool stamp_before(uint32_t a, uint32_t b)
 
 /* Mark the blocks touched by [off, off+len) unstable; *newly (may be
  * NULL) gets the blocks that were not unstable before. Returns
- * FOLIO_BECAME_UNSTABLE or 0. */
+ * FOLIO_BECAME_UNSTABLE or 0. For a write's completion, while WRITEBACK
+ * keeps the folio's state map its own (see lib/folio/map.c). */
 static inline int folio_mark_unstable(struct folio *f, size_t off,
 				      size_t len, uint64_t gen,
 				      uint64_t failures, size_t *newly)
@@ -66,8 +74,7 @@ static inline int folio_mark_unstable(struct folio *f, size_t off,
 			*newly = fresh == m ? end - first
 					    : bitmap_weight64(fresh);
 		} else {
-			*newly = bitmap_set_range_count(
-				f->state, 2 * n + first, 2 * n + end);
+			*newly = unstable_mark_map_locked(f, first, end);
 		}
 	}
 	unsigned old = atomic_fetch_or_explicit(&f->flags, FOLIO_F_UNSTABLE,
@@ -105,7 +112,7 @@ unstable_clear_all_locked(struct folio *f)
 			n = bitmap_weight64(f->state[0] & mask);
 			f->state[0] &= ~mask;
 		} else {
-			n = bitmap_clear_range_count(f->state, 2 * nb, 3 * nb);
+			n = unstable_clear_map_locked(f);
 		}
 	}
 	unsigned old = atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_UNSTABLE,

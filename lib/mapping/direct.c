@@ -24,6 +24,7 @@
 #include "mapping/errseq.h"
 #include "mapping/extents.h"
 #include "mapping/readahead.h"
+#include "mapping/remove.h"
 #include "mapping/request.h"
 #include "mapping/tags.h"
 #include "mapping/wait.h"
@@ -130,6 +131,21 @@ static void walk_locked(struct folio_mapping *m, uint64_t pos, uint64_t end,
 	}
 }
 
+/*
+ * Before blocks of f (locked, its writeback ended) are marked not
+ * uptodate: its state map must be its own. When that cannot be had (out
+ * of memory), f holds only clean, stable copies (what the shared map
+ * says), so it leaves the cache instead, as invalidate would drop it.
+ * Returns true when it left.
+ */
+static bool own_state_or_remove(struct folio_mapping *m, struct folio *f)
+{
+	if (!folio_own_state(f))
+		return false;
+	mapping_remove_folio_locked(m, f);
+	return true;
+}
+
 /* Before the I/O, once f's writeback ended: its blocks inside the range
  * are replaced, so their dirty and unstable data is dropped unwritten and
  * their copy too. */
@@ -138,6 +154,8 @@ static void supersede_blocks(struct folio_mapping *m, struct folio *f,
 {
 	(void)unused;
 	(void)mapping_wait_writeback(m, f);
+	if (own_state_or_remove(m, f))
+		return;
 	mapping_forget_blocks(m, f, off, len);
 	folio_clear_uptodate(f, off, len);
 }
@@ -151,6 +169,8 @@ static void drop_clean_blocks(struct folio_mapping *m, struct folio *f,
 {
 	(void)unused;
 	(void)mapping_wait_writeback(m, f);
+	if (own_state_or_remove(m, f))
+		return;
 	size_t bs = (size_t)1 << f->block_shift;
 	size_t unstable = 0;
 	for (size_t at = off; at < off + len; at += bs) {

@@ -93,8 +93,13 @@ void mapping_settle_reads(struct folio_mapping *m, struct mapping_io *list,
 		for (unsigned i = 0; io->result >= 0 && i < io->nsegs; i++) {
 			struct rq_seg *s = &io->segs[i];
 			mapping_zero_past_eof(m, s->folio, s->off, s->len, eof);
-			if (mark && !err)
-				folio_set_uptodate(s->folio, s->off, s->len);
+			/* A folio this read completed and nothing dirtied
+			 * keeps no per-block map (the reader holds its
+			 * lock, as compaction needs). */
+			if (mark && !err &&
+			    folio_set_uptodate(s->folio, s->off, s->len) ==
+				    FOLIO_BECAME_UPTODATE)
+				folio_compact_state(s->folio);
 		}
 	}
 	if (mark && err)

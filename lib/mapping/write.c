@@ -20,13 +20,15 @@
  * Wholly covered blocks are never read. With `mark` the edges are set
  * uptodate (write_begin hands the folio to the caller, who may copy less
  * than planned); write() leaves marking to its single dirty+uptodate
- * update. On error nothing is marked.
+ * update. The folio's state map becomes its own first (-ENOMEM), so that
+ * marking what is copied dirty cannot fail. On error nothing is marked.
  */
 static int prepare_write(struct folio_mapping *m, struct folio *f, size_t off,
 			 size_t len, bool mark)
 {
-	if (folio_all_uptodate(f))
-		return 0;
+	int own = folio_own_state(f);
+	if (own || folio_all_uptodate(f))
+		return own;
 	size_t bs = (size_t)1 << f->block_shift, mask = bs - 1;
 	/* Whole-folio tracking writes the whole folio back, so all of it
 	 * must be valid: the write covers nothing and every block is an
@@ -258,8 +260,12 @@ write_cached(struct folio_mapping *m, const unsigned char *src, size_t len,
 		if (!f)
 			break;
 		size_t n = MIN(len - done, folio_bytes(f) - off);
-		if (!folio_all_uptodate(f) &&
-		    folio_is_uptodate(f, off, n) != 1) {
+		/* A shared state map becomes the folio's own before the
+		 * copy: marking the bytes dirty after it cannot fail. */
+		if (!folio_ready_for_write(f) &&
+		    ((!folio_all_uptodate(f) &&
+		      folio_is_uptodate(f, off, n) != 1) ||
+		     folio_own_state(f))) {
 			folio_unlock_held(f);
 			break;
 		}

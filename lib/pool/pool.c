@@ -343,7 +343,10 @@ int folio_pool_stats(struct folio_pool *p, struct folio_pool_stats *st)
 	s.metadata_bytes = pool_queue_meta_bytes_locked(p) +
 			   p->nmembers * sizeof(struct pool_member);
 	pthread_mutex_unlock(&p->lock);
-	s.metadata_bytes += atomic_load(&p->folio_meta);
+	/* Outside state maps, for the whole process like the allocator's
+	 * figures below: the folio layer counts them as they come and go. */
+	s.metadata_bytes += atomic_load(&p->folio_meta) +
+			    folio_outside_map_bytes();
 	/* Index nodes are read under each mapping's index lock, which may
 	 * not be taken under the pool's. */
 	size_t n;

@@ -76,7 +76,9 @@ static uint32_t node_alloc(struct folio_pool *p)
 			return NODE_NONE;
 		p->nodes = n;
 		p->nodes_cap = cap;
-		ghost_grow(p);
+		/* Once there are ghosts; see ghost_put(). */
+		if (p->ghost.seq)
+			ghost_grow(p);
 	}
 	return p->nodes_used++;
 }
@@ -135,6 +137,13 @@ static bool ghost_take(struct folio_pool *p, uint64_t h)
 
 static void ghost_put(struct folio_pool *p, uint64_t h)
 {
+	/* The first key sizes the table for the queues as they are: until
+	 * the first eviction it holds nothing, and growing it with every
+	 * doubling of the node array made each larger copy resident for no
+	 * key (calloc() clears reused heap memory): 60 KiB for a pool of
+	 * 512 folios. */
+	if (!p->ghost.seq)
+		ghost_grow(p);
 	struct pool_ghost_slot *b = ghost_bucket(p, h), *victim = &b[0];
 	uint64_t seq = ++p->ghost.seq;
 	for (unsigned i = 0; i < GHOST_WAYS; i++) {
