@@ -14,7 +14,9 @@
  *  - a read returns exactly the model's bytes; it may be short (or fail)
  *    only when a fault rule fired during it, and then what it returned is
  *    a correct prefix;
- *  - a write's return value says which prefix the model records;
+ *  - a write's return value says which prefix the model records; with
+ *    state map allocations failing (arm_map_failures()) a buffered write
+ *    may fail with -ENOMEM or stop short, a direct write may not;
  *  - folio_mapping_size() equals the model's size after every operation;
  *  - after a sync that returns 0 the backing store equals the model;
  *  - once the faults are cleared a sync returns 0 (at the latest the
@@ -61,6 +63,7 @@
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -69,6 +72,7 @@
 
 #include "folio_state.h"
 #include "folio_state_mem.h"
+#include "folio/folio.h" /* folio_map_fail_next: out of memory for maps */
 #include "fuzz_mapping.h"
 
 #ifndef FUZZ_SKIP_KNOWN_DEFAULT
@@ -128,6 +132,7 @@ struct world {
 	bool scatter;
 	bool poll;
 	bool direct; /* write_begin and lookup are direct I/O instead */
+	bool map_failures; /* writes may run out of memory for state maps */
 	uint64_t size; /* the model's size */
 	folio_errseq_t cursor;
 	uint64_t faults_at_sync[2]; /* per cursor: faults at its last sync */
@@ -723,6 +728,7 @@ static int open_mapping(struct world *w, struct input *in)
 		w->mflags |= FOLIO_MAPPING_FOLIO_DIRTY;
 	if ((fl >> 4) == 0xf)
 		w->mflags |= FOLIO_MAPPING_DROP_ON_ERROR;
+	w->map_failures = fl & 4;
 	struct folio_mapping_opts o;
 	memset(&o, 0, sizeof(o));
 	o.sz = sizeof(o);
@@ -793,6 +799,35 @@ static void reset_model(void)
 
 /* ---- operations ------------------------------------------------------- */
 
+/*
+ * In a world with map failures, about every other write finds the next
+ * one to three allocations of a folio's state map failing, as out of
+ * memory would (a new large folio's, or one taken back from the shared
+ * map before a copy). A buffered write must then fail with -ENOMEM or
+ * stop short, having changed nothing it did not count; a direct write
+ * must not fail at all (it drops a folio it cannot mark instead). Returns
+ * how many were armed; draws from the world's generator only in such a
+ * world, so other inputs replay as before.
+ */
+static unsigned arm_map_failures(struct world *w)
+{
+	if (!w->map_failures || (xorshift(&w->rng) & 1))
+		return 0;
+	unsigned n = 1 + (unsigned)(xorshift(&w->rng) % 3);
+	atomic_store(&folio_map_fail_next, n);
+	return n;
+}
+
+/* Disarm what arm_map_failures() armed; true when one fired. */
+static bool map_failure_fired(unsigned armed)
+{
+	unsigned left = atomic_exchange(&folio_map_fail_next, 0);
+	if (armed)
+		TRACE("    map failures armed %u, fired %u\n", armed,
+		      armed - left);
+	return left < armed;
+}
+
 static void op_write(struct world *w, struct input *in)
 {
 	uint64_t pos = gen_pos(w, in);
@@ -801,12 +836,17 @@ static void op_write(struct world *w, struct input *in)
 		len = (size_t)(SPACE - pos);
 	fill(w, buf, len);
 	uint64_t f0 = mstats(w).faults;
+	unsigned armed = arm_map_failures(w);
 	ssize_t r = folio_mapping_write(w->m, buf, len, pos);
+	bool oom = map_failure_fired(armed);
 	uint64_t f1 = mstats(w).faults;
 	TRACE("  write(%llu, %zu) = %zd\n", (unsigned long long)pos, len, r);
 	CHECK(w, r >= -4095 && r <= (ssize_t)len, "write returned %zd", r);
-	CHECK(w, r == (ssize_t)len || f1 > f0,
+	CHECK(w, r == (ssize_t)len || f1 > f0 || oom,
 	      "write of %zu at %llu returned %zd without a fault", len,
+	      (unsigned long long)pos, r);
+	CHECK(w, r >= 0 || r == -ENOMEM || f1 > f0,
+	      "write of %zu at %llu failed with %zd, not -ENOMEM", len,
 	      (unsigned long long)pos, r);
 	if (r > 0)
 		model_write(w, pos, buf, (size_t)r);
@@ -902,15 +942,17 @@ static void op_write_begin(struct world *w, struct input *in)
 	uint8_t mode = u8(in);
 	struct folio *f = NULL;
 	uint64_t f0 = mstats(w).faults;
+	unsigned armed = arm_map_failures(w);
 	ssize_t n = folio_mapping_write_begin(w->m, pos, len, &f);
+	bool oom = map_failure_fired(armed);
 	uint64_t f1 = mstats(w).faults;
 	TRACE("  write_begin(%llu, %zu) = %zd\n", (unsigned long long)pos, len,
 	      n);
 	CHECK(w, n >= -4095 && n != 0 && n <= (ssize_t)len,
 	      "write_begin returned %zd", n);
 	if (n < 0) {
-		CHECK(w, f1 > f0, "write_begin failed (%zd) without a fault",
-		      n);
+		CHECK(w, f1 > f0 || (oom && n == -ENOMEM),
+		      "write_begin failed (%zd) without a fault", n);
 		return;
 	}
 	CHECK(w, f && folio_test_locked(f), "write_begin: no locked folio");
@@ -1010,7 +1052,9 @@ static void op_write_direct(struct world *w, struct input *in)
 	unsigned flags = (how & 8) ? FOLIO_DIRECT_DSYNC : 0;
 	fill(w, dbuf, len);
 	struct folio_mem_stats a = mstats(w);
+	unsigned armed = arm_map_failures(w);
 	ssize_t r = folio_mapping_write_direct(w->m, dbuf, len, pos, flags);
+	(void)map_failure_fired(armed); /* no excuse for failing */
 	struct folio_mem_stats b = mstats(w);
 	TRACE("  write_direct(%llu, %zu, flags %#x) = %zd\n",
 	      (unsigned long long)pos, len, flags, r);

@@ -46,7 +46,7 @@ def geometry(bshift=12, minshift=None, maxshift=None, flags=0):
     return [bshift - 9, minshift - bshift, maxshift - minshift, flags]
 
 
-STABLE, FOLIO_DIRTY, DROP = 1, 2, 0xf0
+STABLE, FOLIO_DIRTY, MAP_FAILURES, DROP = 1, 2, 4, 0xf0
 
 
 def header(extent_shift=None, scatter=False, poll=False, seed=1,
@@ -287,6 +287,24 @@ def seeds():
     yield 'mode-switch', header() + g4 + write(0, 20000) + mode(True, 3) + \
         wb() + write(30000, 100) + mode(False) + sync() + mode(True) + \
         read(0, 40000) + sync()
+    # 64 KiB folios of 512-byte blocks (128: the state map is kept
+    # outside the header) that reads complete (their maps given back),
+    # then writes that run out of memory taking one again: -ENOMEM or a
+    # short count, nothing else changed; and direct writes over them,
+    # which drop what they cannot mark. The store holds 245947 bytes:
+    # reads complete the first three folios.
+    big = geometry(9, 16, 16, MAP_FAILURES)
+    whole = [b for k in range(4) for b in read(k * 65536, 65536)]
+    out = header(init=(60, 7), seed=3) + big + whole
+    for i in range(12):
+        out += write(4096 * (7 * i + 1), 3000 + 900 * i)
+        out += sync() + inval(0) + whole
+    yield 'map-failures-buffered', out + sync() + whole
+    out = header(init=(60, 7), seed=5, direct=True) + big + whole
+    for i in range(8):
+        out += write_direct(4096 * (5 * i + 2), 8192)
+        out += write(4096 * (5 * i + 4), 100) + sync() + inval(0) + whole
+    yield 'map-failures-direct', out + sync() + whole
     yield 'block-64k-folio-2m', header() + geometry(16, 16, 21) + \
         write(1, 200000) + write(300000, 1) + read(0, 400000) + sync() + \
         trunc_shrink(65537) + read(0, 400000)
