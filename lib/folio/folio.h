@@ -107,7 +107,9 @@ static inline size_t folio_nblocks(const struct folio *f)
 
 static inline bool folio_map_outside(const struct folio *f)
 {
-	return folio_nblocks(f) > FOLIO_MAP_INLINE_MAX;
+	/* As nblocks > FOLIO_MAP_INLINE_MAX, without the shift. */
+	return f->size_shift - f->block_shift >
+	       __builtin_ctz(FOLIO_MAP_INLINE_MAX);
 }
 
 /* The per-block state map of a multi-block folio. Read and written
