@@ -64,6 +64,14 @@ static bool model_all_up(const struct model *m)
 	return true;
 }
 
+static bool model_any_up(const struct model *m)
+{
+	for (size_t b = 0; b < m->n; b++)
+		if (m->up[b])
+			return true;
+	return false;
+}
+
 static bool model_any_dirty(const struct model *m)
 {
 	for (size_t b = 0; b < m->n; b++)
@@ -286,15 +294,31 @@ static void load(struct folio *f, const struct model *m)
 			b = e;
 		}
 	}
+	/* An empty folio of many blocks, half the time, holds the shared
+	 * map of nothing uptodate (forgotten contents, as a direct write
+	 * leaves it when out of memory), which the operation meets. */
+	if (m->n > FOLIO_MAP_INLINE_MAX && !model_any_up(m) &&
+	    !model_any_dirty(m) && (test_rand(&rng) & 1)) {
+		CHECK(folio_set_uptodate(f, 0, m->size) ==
+			      FOLIO_BECAME_UPTODATE,
+		      "load: whole fill\n");
+		/* (0 when the fill shared the map already) */
+		(void)folio_compact_state(f);
+		CHECK(folio_forget_shared(f), "load: forget refused\n");
+		return;
+	}
 	/* Half the time a wholly uptodate, clean folio of many blocks
 	 * gives its map back, and the operation meets the shared one. */
 	if (test_rand(&rng) & 1) {
 		size_t before = folio_outside_map_bytes();
+		bool shared = folio_flags(f) & FOLIO_F_MAP_SHARED;
 		size_t back = folio_compact_state(f);
 		bool may = m->n > FOLIO_MAP_INLINE_MAX && model_all_up(m) &&
 			   !model_any_dirty(m);
-		CHECK(may ? back > 0 : back == 0,
+		CHECK(may && !shared ? back > 0 : back == 0,
 		      "load: compaction gave back %zu\n", back);
+		CHECK(!may || (folio_flags(f) & FOLIO_F_MAP_SHARED),
+		      "load: no shared map after compaction\n");
 		CHECK(folio_outside_map_bytes() == before - back,
 		      "load: outside map bytes %zu, want %zu\n",
 		      folio_outside_map_bytes(), before - back);
@@ -1337,6 +1361,34 @@ static void test_outside_map(void **state)
 	folio_count_blocks(f, &u, &d, &un);
 	assert_true(u == 510 && d == 0 && un == 0);
 	assert_int_equal(folio_compact_state(f), 0);
+	assert_false(folio_forget_shared(f)); /* its own map: not shared */
+
+	/* Forgetting all of it needs no map: the shared one of nothing
+	 * uptodate. A whole fill shares the other one again, a partial
+	 * one takes a map (or fails, changing nothing). */
+	assert_int_equal(folio_set_uptodate(f, 0, size), FOLIO_BECAME_UPTODATE);
+	assert_int_equal(folio_compact_state(f), mapb);
+	assert_true(folio_forget_shared(f));
+	assert_int_equal(folio_outside_map_bytes(), b0);
+	folio_count_blocks(f, &u, &d, &un);
+	assert_true(u == 0 && d == 0 && un == 0);
+	assert_int_equal(folio_is_uptodate(f, 0, 4096), 0);
+	off = 0;
+	assert_int_equal(folio_next_missing(f, &off), (ssize_t)size);
+	assert_int_equal(folio_clear_uptodate(f, 0, size), 0); /* no map */
+	assert_int_equal(folio_outside_map_bytes(), b0);
+	atomic_store(&folio_map_fail_next, 1);
+	assert_int_equal(folio_set_uptodate(f, 0, 4096), -ENOMEM);
+	assert_int_equal(folio_is_uptodate(f, 0, 4096), 0);
+	assert_int_equal(folio_set_uptodate(f, 0, size), FOLIO_BECAME_UPTODATE);
+	assert_int_equal(folio_outside_map_bytes(), b0);
+	assert_int_equal(folio_is_uptodate(f, 0, size), 1);
+	assert_true(folio_forget_shared(f));
+	assert_int_equal(folio_set_uptodate(f, 8192, 4096), 0);
+	assert_int_equal(folio_outside_map_bytes(), b0 + mapb);
+	folio_count_blocks(f, &u, &d, &un);
+	assert_true(u == 1 && d == 0 && un == 0);
+	assert_true(folio_forget_shared(f) == false);
 	folio_put(f);
 	assert_int_equal(folio_outside_map_bytes(), b0);
 

@@ -4,8 +4,8 @@
  * through the mapping layer: a read that completes a large folio gives
  * its map back, a write takes one again before it copies (and fails with
  * -ENOMEM, changing nothing, when it cannot), a direct write over such a
- * folio takes one to mark blocks invalid or, failing that, drops the
- * folio; threads filling, writing, invalidating and syncing 2 MiB folios
+ * folio takes one to mark blocks invalid or, failing that, forgets all of
+ * the folio's (clean) contents; threads filling, writing, invalidating and syncing 2 MiB folios
  * end with the store and the cache right. White-box: the folio layer's
  * byte count and its allocation failure hook.
  */
@@ -145,8 +145,8 @@ static void test_write_begin_owns(void **state)
 /*
  * A direct write over cached folios whose maps were given back: the
  * blocks it replaces stop being uptodate (the map comes back for that),
- * or, with no memory for a map, the clean folio leaves the cache; either
- * way buffered reads see the new bytes.
+ * or, with no memory for a map, none of the clean folio's blocks stays
+ * uptodate; either way buffered reads see the new bytes.
  */
 static void test_direct_over_compacted(void **state)
 {
@@ -177,7 +177,8 @@ static void test_direct_over_compacted(void **state)
 	assert_int_equal(folio_mapping_write_direct(m, buf, BS, FS + BS, 0),
 			 (ssize_t)BS);
 	memcpy(model + FS + BS, buf, BS);
-	/* The folio went: nothing stale is left to read. */
+	/* With no map to mark the block, all of the (clean) folio was
+	 * forgotten: nothing stale is left to read. */
 	assert_int_equal(test_mapping_stats(m).cached_bytes, cached - FS);
 	test_expect_read(m, model, NF * FS, 0);
 	test_expect_store(e, model, NF * FS, 0);

@@ -105,8 +105,24 @@ folio_update(struct folio *f, size_t off, size_t len, unsigned what,
 	/* Making blocks dirty changes a shared map (all clean). */
 	if ((what & UPD_DIRTY) && (ret = lock_own_map(f)))
 		return ret;
-	if (!(what & UPD_DIRTY))
+	if (!(what & UPD_DIRTY)) {
 		spin_lock(&f->state_lock);
+		/* The shared map of nothing uptodate (folio_forget_shared()):
+		 * a fill of all of it shares the other one, of a part it
+		 * needs a map of its own. */
+		while ((load_flags(f) & (FOLIO_F_MAP_SHARED | FOLIO_F_UPTODATE)) ==
+		       FOLIO_F_MAP_SHARED) {
+			if (first == 0 && end == n) {
+				folio_share_uptodate_locked(f);
+				spin_unlock(&f->state_lock);
+				return FOLIO_BECAME_UPTODATE;
+			}
+			spin_unlock(&f->state_lock);
+			if ((ret = folio_own_state(f)))
+				return ret;
+			spin_lock(&f->state_lock);
+		}
+	}
 	uint64_t *map = folio_state_map(f);
 	unsigned flags = load_flags(f);
 	if ((what & UPD_UPTODATE) && !(flags & FOLIO_F_UPTODATE)) {
@@ -248,6 +264,11 @@ int folio_clear_uptodate(struct folio *f, size_t off, size_t len)
 		return 0;
 	}
 	size_t n = folio_nblocks(f);
+	/* Nothing uptodate to clear in the other shared map: no need for a
+	 * map of its own. */
+	if ((load_flags(f) & (FOLIO_F_MAP_SHARED | FOLIO_F_UPTODATE)) ==
+	    FOLIO_F_MAP_SHARED)
+		return 0;
 	ret = lock_own_map(f);
 	if (ret)
 		return ret;

@@ -164,6 +164,20 @@ size_t folio_metadata_bytes(const struct folio *f);
 size_t folio_compact_state(struct folio *f);
 int folio_own_state_slow(struct folio *f);
 size_t folio_outside_map_bytes(void);
+/*
+ * folio_forget_shared(): a folio with the shared map holds only clean,
+ * stable copies; make none of its blocks uptodate, with the other shared
+ * map (nothing uptodate), allocating nothing. For a caller that must mark
+ * blocks not uptodate and could not get a map of the folio's own (a
+ * direct write over cached blocks, out of memory); the folio lock held.
+ * Returns true when done, false when the map was the folio's own.
+ * A fill of the whole folio later shares the uptodate map again; one of
+ * part of it takes a map of its own (or fails with -ENOMEM).
+ */
+bool folio_forget_shared(struct folio *f);
+/* blocks.c's whole fill of a folio with the shared "nothing uptodate"
+ * map: the shared "all uptodate" one instead. State lock held. */
+void folio_share_uptodate_locked(struct folio *f);
 /* folio_alloc() and the last put's: a new folio's outside map, all zero
  * (nothing uptodate), 0 or -ENOMEM; giving it back with the folio (the
  * shared one stays). */

@@ -22,14 +22,17 @@
 #include "folio/folio.h"
 
 /*
- * The shared state of a wholly uptodate, clean and stable folio of N
- * blocks (64 <= N <= FOLIO_MAX_SIZE / FOLIO_MIN_BLOCK_SIZE, a multiple of
- * 64): N one bits then 2N zero bits. Every N starts at its own word of
- * one array of enough ones followed by enough zeros.
+ * The two shared states of a clean and stable folio of N blocks (64 <= N
+ * <= FOLIO_MAX_SIZE / FOLIO_MIN_BLOCK_SIZE, a multiple of 64): wholly
+ * uptodate, N one bits then 2N zero bits; and nothing uptodate, 3N zero
+ * bits (folio_forget_shared()). One array of enough ones followed by
+ * enough zeros holds both for every N: the first starts N/64 words before
+ * the zeros, the second at them. The UPTODATE flag says which one a folio
+ * with MAP_SHARED has.
  */
 #define MAP_MAX_BLOCKS (FOLIO_MAX_SIZE / FOLIO_MIN_BLOCK_SIZE)
 #define ONES_WORDS (MAP_MAX_BLOCKS / 64)
-#define ZERO_WORDS (2 * ONES_WORDS)
+#define ZERO_WORDS (3 * ONES_WORDS)
 #define ONE4 UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX
 #define ONE16 ONE4, ONE4, ONE4, ONE4
 _Static_assert(ONES_WORDS == 64, "the initializer below holds 64 words");
@@ -51,9 +54,9 @@ static uint64_t *map_alloc(size_t bytes)
 	return fail ? NULL : alloc_folio_meta(bytes);
 }
 
-static const uint64_t *shared_map_of(size_t nblocks)
+static const uint64_t *shared_map_of(size_t nblocks, bool uptodate)
 {
-	return shared_map + ONES_WORDS - nblocks / 64;
+	return shared_map + ONES_WORDS - (uptodate ? nblocks / 64 : 0);
 }
 
 static size_t map_bytes(size_t nblocks)
@@ -110,7 +113,7 @@ size_t folio_compact_state(struct folio *f)
 	if ((atomic_load_explicit(&f->flags, memory_order_relaxed) & need) ==
 	    FOLIO_F_UPTODATE) {
 		old = folio_state_map(f);
-		set_map(f, shared_map_of(folio_nblocks(f)));
+		set_map(f, shared_map_of(folio_nblocks(f), true));
 		atomic_fetch_or_explicit(&f->flags, FOLIO_F_MAP_SHARED,
 					 memory_order_relaxed);
 	}
@@ -132,9 +135,14 @@ int folio_own_state_slow(struct folio *f)
 		uint64_t *map = map_alloc(bytes);
 		if (!map)
 			return -ENOMEM;
-		memcpy(map, shared_map_of(n), bytes);
 		spin_lock(&f->state_lock);
 		if (map_is_shared(f)) {
+			/* Which shared map: under the lock, as
+			 * folio_forget_shared() and a whole fill change it. */
+			bool up = atomic_load_explicit(&f->flags,
+						       memory_order_relaxed) &
+				  FOLIO_F_UPTODATE;
+			memcpy(map, shared_map_of(n, up), bytes);
 			set_map(f, map);
 			atomic_fetch_and_explicit(&f->flags,
 						  ~FOLIO_F_MAP_SHARED,
@@ -149,6 +157,28 @@ int folio_own_state_slow(struct folio *f)
 						  memory_order_relaxed);
 	}
 	return 0;
+}
+
+bool folio_forget_shared(struct folio *f)
+{
+	bool done = false;
+	spin_lock(&f->state_lock);
+	unsigned fl = atomic_load_explicit(&f->flags, memory_order_relaxed);
+	if (fl & FOLIO_F_MAP_SHARED) {
+		set_map(f, shared_map_of(folio_nblocks(f), false));
+		atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_UPTODATE,
+					  memory_order_release);
+		done = true;
+	}
+	spin_unlock(&f->state_lock);
+	return done;
+}
+
+void folio_share_uptodate_locked(struct folio *f)
+{
+	set_map(f, shared_map_of(folio_nblocks(f), true));
+	atomic_fetch_or_explicit(&f->flags, FOLIO_F_UPTODATE,
+				 memory_order_release);
 }
 
 size_t folio_outside_map_bytes(void)

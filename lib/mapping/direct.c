@@ -24,7 +24,6 @@
 #include "mapping/errseq.h"
 #include "mapping/extents.h"
 #include "mapping/readahead.h"
-#include "mapping/remove.h"
 #include "mapping/request.h"
 #include "mapping/tags.h"
 #include "mapping/wait.h"
@@ -135,15 +134,13 @@ static void walk_locked(struct folio_mapping *m, uint64_t pos, uint64_t end,
  * Before blocks of f (locked, its writeback ended) are marked not
  * uptodate: its state map must be its own. When that cannot be had (out
  * of memory), f holds only clean, stable copies (what the shared map
- * says), so it leaves the cache instead, as invalidate would drop it.
- * Returns true when it left.
+ * says), so all of them are forgotten instead, with no map and no change
+ * of the index (folios found by others, a settle walk's for one, stay
+ * where they are). Returns true when they were.
  */
-static bool own_state_or_remove(struct folio_mapping *m, struct folio *f)
+static bool own_state_or_forget(struct folio *f)
 {
-	if (!folio_own_state(f))
-		return false;
-	mapping_remove_folio_locked(m, f);
-	return true;
+	return folio_own_state(f) && folio_forget_shared(f);
 }
 
 /* Before the I/O, once f's writeback ended: its blocks inside the range
@@ -154,7 +151,7 @@ static void supersede_blocks(struct folio_mapping *m, struct folio *f,
 {
 	(void)unused;
 	(void)mapping_wait_writeback(m, f);
-	if (own_state_or_remove(m, f))
+	if (own_state_or_forget(f))
 		return;
 	mapping_forget_blocks(m, f, off, len);
 	folio_clear_uptodate(f, off, len);
@@ -169,7 +166,7 @@ static void drop_clean_blocks(struct folio_mapping *m, struct folio *f,
 {
 	(void)unused;
 	(void)mapping_wait_writeback(m, f);
-	if (own_state_or_remove(m, f))
+	if (own_state_or_forget(f))
 		return;
 	size_t bs = (size_t)1 << f->block_shift;
 	size_t unstable = 0;

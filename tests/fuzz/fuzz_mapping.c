@@ -805,7 +805,7 @@ static void reset_model(void)
  * memory would (a new large folio's, or one taken back from the shared
  * map before a copy). A buffered write must then fail with -ENOMEM or
  * stop short, having changed nothing it did not count; a direct write
- * must not fail at all (it drops a folio it cannot mark instead). Returns
+ * must not fail at all (it forgets a clean folio it cannot mark). Returns
  * how many were armed; draws from the world's generator only in such a
  * world, so other inputs replay as before.
  */

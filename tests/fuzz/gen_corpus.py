@@ -291,7 +291,7 @@ def seeds():
     # outside the header) that reads complete (their maps given back),
     # then writes that run out of memory taking one again: -ENOMEM or a
     # short count, nothing else changed; and direct writes over them,
-    # which drop what they cannot mark. The store holds 245947 bytes:
+    # which forget what they cannot mark. The store holds 245947 bytes:
     # reads complete the first three folios.
     big = geometry(9, 16, 16, MAP_FAILURES)
     whole = [b for k in range(4) for b in read(k * 65536, 65536)]
