@@ -258,16 +258,15 @@ static struct bench_cmd cmd = {
 	"completes each read inline with zeros and stores nothing. The\n"
 	"anonymous RSS growth (RssAnon in /proc/self/status) minus the data\n"
 	"cached, per folio, is everything the library allocates to keep a\n"
-	"folio: header and bitmaps,\n"
-	"index nodes, pool queue nodes and ghosts, allocator headers and\n"
-	"slab pages. The pool's metadata_bytes and allocator_bytes (with\n"
-	"thread_cache_bytes) growth are shown beside it, and the file pages\n"
-	"(the library's and libc's code) that the loop made resident, which\n"
-	"are not counted (statm's RSS counts them: up to 150 B per 2 MiB\n"
-	"folio at 512 folios, depending on what was touched before).\n"
-	"--stride K caches\n"
-	"every K-th folio of the file instead of all (a scattered cache: more\n"
-	"index nodes per folio). Target: <= 128 bytes per folio.",
+	"folio: header and bitmaps, index nodes, pool queue nodes and\n"
+	"ghosts, allocator headers and slab pages. The pool's metadata_bytes\n"
+	"and allocator_bytes (with thread_cache_bytes) growth are shown\n"
+	"beside it, and the file pages (the library's and libc's code) that\n"
+	"the loop made resident, which are not counted (statm's RSS counts\n"
+	"them: up to 150 B per 2 MiB folio at 512 folios, depending on what\n"
+	"was touched before). --stride K caches every K-th folio of the file\n"
+	"instead of all (a scattered cache: more index nodes per folio).\n"
+	"Target: <= 128 bytes per folio.",
 	.defaults = {.block_size = 4 * KIB, .folio_size = 4 * KIB,
 		     .bs = 4 * KIB, .size = 64 * MIB},
 	.uses = BOPT_BLOCK_SIZE,

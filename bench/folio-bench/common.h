@@ -140,10 +140,11 @@ const char *bench_fmt_size(char *buf, size_t len, uint64_t v);
 uint64_t bench_now_ns(void);
 /* The process's resident bytes now (/proc/self/statm), 0 when
  * unreadable. */
-/* Anonymous resident memory only (RssAnon): what a process allocated,
- * without the code and file pages it happened to touch meanwhile. */
-double bench_rss_anon_bytes(void);
 double bench_rss_bytes(void);
+/* Anonymous resident bytes only (RssAnon in /proc/self/status): what the
+ * process allocated, without the code and file pages it happened to
+ * touch meanwhile; 0 when unreadable. */
+double bench_rss_anon_bytes(void);
 /* Sleep until bench_now_ns() >= t. */
 void bench_sleep_until(uint64_t t);
 

@@ -52,10 +52,17 @@ static inline int lock_own_map(struct folio *f)
 		if (r)
 			return r;
 		spin_lock(&f->state_lock);
-		if (!(load_flags(f) & FOLIO_F_MAP_SHARED))
+		if (!folio_map_shared(f))
 			return 0;
 		spin_unlock(&f->state_lock);
 	}
+}
+
+/* The shared map of nothing uptodate (folio_forget_shared()). */
+static inline bool shares_empty_map(struct folio *f)
+{
+	return (load_flags(f) & (FOLIO_F_MAP_SHARED | FOLIO_F_UPTODATE)) ==
+	       FOLIO_F_MAP_SHARED;
 }
 
 static int update_single(struct folio *f, unsigned what, size_t *newly)
@@ -107,11 +114,10 @@ folio_update(struct folio *f, size_t off, size_t len, unsigned what,
 		return ret;
 	if (!(what & UPD_DIRTY)) {
 		spin_lock(&f->state_lock);
-		/* The shared map of nothing uptodate (folio_forget_shared()):
-		 * a fill of all of it shares the other one, of a part it
-		 * needs a map of its own. */
-		while ((load_flags(f) & (FOLIO_F_MAP_SHARED | FOLIO_F_UPTODATE)) ==
-		       FOLIO_F_MAP_SHARED) {
+		/* A fill of a folio sharing the empty map shares the
+		 * uptodate one when it covers all of it, else needs a map
+		 * of its own. */
+		while (shares_empty_map(f)) {
 			if (first == 0 && end == n) {
 				folio_share_uptodate_locked(f);
 				spin_unlock(&f->state_lock);
@@ -264,10 +270,8 @@ int folio_clear_uptodate(struct folio *f, size_t off, size_t len)
 		return 0;
 	}
 	size_t n = folio_nblocks(f);
-	/* Nothing uptodate to clear in the other shared map: no need for a
-	 * map of its own. */
-	if ((load_flags(f) & (FOLIO_F_MAP_SHARED | FOLIO_F_UPTODATE)) ==
-	    FOLIO_F_MAP_SHARED)
+	/* Nothing uptodate to clear: no need for a map of its own. */
+	if (shares_empty_map(f))
 		return 0;
 	ret = lock_own_map(f);
 	if (ret)

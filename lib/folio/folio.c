@@ -214,14 +214,14 @@ void folio_put(struct folio *f)
 
 void folio_free_unreferenced(struct folio *f)
 {
+	/* Only holders of a reference read the state map: it goes now. */
+	if (folio_map_outside(f))
+		folio_map_release(f);
 	/* A folio that was in an index may still be looked at by a
 	 * lock-free lookup that found it there just before it left: its
 	 * data goes now (nobody reaches it without a reference), its header
 	 * after a grace period. Whatever a cache counted for it went back
 	 * when it left the index, so the budget never sees the wait. */
-	/* Only holders of a reference read the state map. */
-	if (folio_map_outside(f))
-		folio_map_release(f);
 	if (atomic_load_explicit(&f->flags, memory_order_relaxed) &
 	    FOLIO_F_REMOVED) {
 		alloc_folio_data_free(f->data, folio_size(f));

@@ -26,9 +26,9 @@
 #define FOLIO_F_WRITE_BEGIN 0x80u /* LOCKED was taken by write_begin() */
 #define FOLIO_F_READAHEAD 0x100u /* reaching it starts the next window */
 #define FOLIO_F_RA_UNREAD 0x200u /* brought in by readahead, not yet read */
-#define FOLIO_F_MAP_SHARED 0x400u /* the state map is the shared one of a
-				   * wholly uptodate, clean, stable folio
-				   * (folio_compact_state()) */
+#define FOLIO_F_MAP_SHARED 0x400u /* the state map is one of the two shared
+				   * ones of a clean, stable folio (all or
+				   * nothing uptodate: see lib/folio/map.c) */
 
 /*
  * The version (bits 12..31 of the flags word): an optimistic reader's
@@ -112,6 +112,14 @@ static inline bool folio_map_outside(const struct folio *f)
 	       __builtin_ctz(FOLIO_MAP_INLINE_MAX);
 }
 
+/* Does the folio point at a shared (read-only) state map? Only a hint
+ * without state_lock, which the flag and the map change under. */
+static inline bool folio_map_shared(const struct folio *f)
+{
+	return atomic_load_explicit(&f->flags, memory_order_relaxed) &
+	       FOLIO_F_MAP_SHARED;
+}
+
 /* The per-block state map of a multi-block folio. Read and written
  * under state_lock only: outside maps change place under it. */
 static inline uint64_t *folio_state_map(struct folio *f)
@@ -144,8 +152,8 @@ size_t folio_metadata_bytes(const struct folio *f);
  *
  * folio_compact_state(): once a folio is wholly uptodate, clean, stable
  * and not under writeback, give its map back and point at the shared
- * read-only one (a cache of large folios read from the store keeps 64
- * bytes of header per folio instead of 3 bits per block). Returns the
+ * read-only one (a cache of large folios read from the store keeps a
+ * 72-byte header per folio instead of 3 more bits per block). Returns the
  * bytes given back (0: kept). Refused for a folio under writeback: its
  * completion must be able to mark blocks unstable or dirty without
  * allocating. Callers hold the folio lock, as every writer does from
@@ -198,10 +206,7 @@ static inline bool folio_ready_for_write(const struct folio *f)
 
 static inline int folio_own_state(struct folio *f)
 {
-	return (atomic_load_explicit(&f->flags, memory_order_relaxed) &
-		FOLIO_F_MAP_SHARED)
-		       ? folio_own_state_slow(f)
-		       : 0;
+	return folio_map_shared(f) ? folio_own_state_slow(f) : 0;
 }
 
 /* folio_new() without the zero-fill: the mapping fills (or reads) every

@@ -69,12 +69,6 @@ static void set_map(struct folio *f, const uint64_t *map)
 	f->state[0] = (uint64_t)(uintptr_t)map;
 }
 
-static bool map_is_shared(struct folio *f)
-{
-	return atomic_load_explicit(&f->flags, memory_order_relaxed) &
-	       FOLIO_F_MAP_SHARED;
-}
-
 int folio_map_init(struct folio *f)
 {
 	size_t bytes = map_bytes(folio_nblocks(f));
@@ -89,7 +83,7 @@ int folio_map_init(struct folio *f)
 
 void folio_map_release(struct folio *f)
 {
-	if (map_is_shared(f))
+	if (folio_map_shared(f))
 		return;
 	size_t bytes = map_bytes(folio_nblocks(f));
 	alloc_folio_meta_free(folio_state_map(f), bytes);
@@ -129,14 +123,14 @@ size_t folio_compact_state(struct folio *f)
 int folio_own_state_slow(struct folio *f)
 {
 	size_t n = folio_nblocks(f), bytes = map_bytes(n);
-	while (map_is_shared(f)) {
+	while (folio_map_shared(f)) {
 		/* Allocated outside the spinlock, which no allocation
 		 * should extend. */
 		uint64_t *map = map_alloc(bytes);
 		if (!map)
 			return -ENOMEM;
 		spin_lock(&f->state_lock);
-		if (map_is_shared(f)) {
+		if (folio_map_shared(f)) {
 			/* Which shared map: under the lock, as
 			 * folio_forget_shared() and a whole fill change it. */
 			bool up = atomic_load_explicit(&f->flags,
@@ -163,8 +157,7 @@ bool folio_forget_shared(struct folio *f)
 {
 	bool done = false;
 	spin_lock(&f->state_lock);
-	unsigned fl = atomic_load_explicit(&f->flags, memory_order_relaxed);
-	if (fl & FOLIO_F_MAP_SHARED) {
+	if (folio_map_shared(f)) {
 		set_map(f, shared_map_of(folio_nblocks(f), false));
 		atomic_fetch_and_explicit(&f->flags, ~FOLIO_F_UPTODATE,
 					  memory_order_release);
