@@ -1855,8 +1855,9 @@ struct folio_pool_stats {
 	 * whole process: the headers describing each 2 MiB chunk of folio
 	 * memory (4 to 12 KiB a chunk of small blocks), the unused rest of pages that hold small
 	 * objects (folio headers among them), free folio memory that keeps
-	 * its pages for reuse (at most about 2 MiB inside chunks in use, and
-	 * up to two wholly free 2 MiB chunks). Outside every budget, like
+	 * its pages for reuse (at most about 2 MiB inside chunks in use;
+	 * wholly free 2 MiB regions: two for good, any others until they
+	 * have gone unused for a second). Outside every budget, like
 	 * metadata_bytes, which counts objects, not the pages they sit in.
 	 * cached_bytes + metadata_bytes + thread_cache_bytes +
 	 * allocator_bytes is what the library's memory costs in RSS when

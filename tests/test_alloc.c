@@ -37,7 +37,13 @@ struct mock {
 	unsigned maps_left; /* map() calls that may succeed */
 	unsigned misalign;  /* place the next maps off 2 MiB */
 	size_t maps, unmaps, mapped;
+	uint64_t now; /* the arena's clock, moved by the tests */
 };
+
+static uint64_t mock_now(void *ctx)
+{
+	return ((struct mock *)ctx)->now;
+}
 
 static void *mock_map(void *ctx, size_t len)
 {
@@ -86,7 +92,7 @@ static int setup(void **state)
 	if (!fx)
 		return -1;
 	fx->mock.maps_left = UINT32_MAX;
-	struct alloc_ops ops = {mock_map, mock_unmap, &fx->mock};
+	struct alloc_ops ops = {mock_map, mock_unmap, &fx->mock, mock_now};
 	if (alloc_arena_init(&fx->arena, &ops, 0))
 		return -1;
 	*state = fx;
@@ -108,6 +114,14 @@ static struct alloc_stats stats_of(struct alloc_arena *a)
 	struct alloc_stats st;
 	alloc_arena_stats(a, &st);
 	return st;
+}
+
+/* Let the spares freed so far outlive their keeping time; returns the
+ * bytes the arena then gave back. */
+static size_t age_spares(struct fixture *fx)
+{
+	fx->mock.now += ALLOC_SPARE_KEEP_NS;
+	return alloc_arena_decay(&fx->arena);
 }
 
 struct obj {
@@ -238,7 +252,12 @@ static void test_every_class(void **state)
 	assert_int_equal(st.meta_bytes, 0);
 	assert_int_equal(st.slab_bytes, 0);
 	assert_int_equal(st.slab_object_bytes, 0);
-	assert_int_equal(st.spare_chunks, ALLOC_SPARE_MAX);
+	size_t spares = st.spare_chunks;
+	assert_true(spares >= ALLOC_SPARE_MAX);
+	assert_int_equal(fx->mock.mapped, spares * ALLOC_CHUNK_SIZE);
+	assert_int_equal(age_spares(fx),
+			 (spares - ALLOC_SPARE_MAX) * ALLOC_CHUNK_SIZE);
+	assert_int_equal(stats_of(a).spare_chunks, ALLOC_SPARE_MAX);
 	assert_int_equal(fx->mock.mapped, ALLOC_SPARE_MAX * ALLOC_CHUNK_SIZE);
 	free(objs);
 }
@@ -373,9 +392,13 @@ static void test_coalesce_to_chunk(void **state)
 	free(blocks);
 }
 
-/* Spares beyond ALLOC_SPARE_MAX are unmapped: the kernel has the pages
- * back (mincore() no longer knows the address). */
-static void test_chunks_unmapped(void **state)
+/* Freed regions stay mapped as spares and serve the next allocations
+ * without a map() (their pages are not known to be zero any more); the
+ * ones unused for ALLOC_SPARE_KEEP_NS, beyond ALLOC_SPARE_MAX, are
+ * unmapped at the next region taken or given back, or by a decay or a
+ * trim: the kernel has the pages back (mincore() no longer knows the
+ * address). */
+static void test_spares_age_out(void **state)
 {
 	struct fixture *fx = *state;
 	struct alloc_arena *a = &fx->arena;
@@ -394,6 +417,11 @@ static void test_chunks_unmapped(void **state)
 		}
 		assert_ptr_equal(big[2 * i] + MIB, big[2 * i + 1]);
 	}
+	char *region[2 * N];
+	for (int i = 0; i < N; i++) {
+		region[2 * i] = huge[i];
+		region[2 * i + 1] = big[2 * i];
+	}
 	struct alloc_stats st = stats_of(a);
 	assert_int_equal(st.huge_blocks, N);
 	assert_int_equal(st.runs, N);
@@ -405,18 +433,56 @@ static void test_chunks_unmapped(void **state)
 		alloc_obj_free(a, NULL, c1m, big[2 * i + 1]);
 		alloc_obj_free(a, NULL, c1m, big[2 * i]);
 	}
+	/* All kept: nothing in use, everything still mapped. The first run
+	 * emptied stays whole (test_kept_run) and counts as a spare. */
 	st = stats_of(a);
 	assert_int_equal(st.chunks + st.huge_blocks + st.runs, 0);
+	assert_int_equal(st.spare_chunks, 2 * N);
+	assert_int_equal(st.mapped_bytes, 2 * N * ALLOC_CHUNK_SIZE);
+	assert_int_equal(fx->mock.mapped, st.mapped_bytes);
+
+	/* Refilling takes the spares, the last freed first, mapping
+	 * nothing; their memory is not known to be zero. */
+	size_t maps = fx->mock.maps;
+	for (int i = 0; i < N; i++) {
+		bool zero = true;
+		huge[i] = alloc_obj(a, NULL, c2m, &zero);
+		assert_non_null(huge[i]);
+		assert_false(zero);
+	}
+	assert_int_equal(fx->mock.maps, maps);
+	assert_int_equal(stats_of(a).spare_chunks, N);
+
+	/* Half a keeping time later, the N left are not old enough yet. */
+	fx->mock.now += ALLOC_SPARE_KEEP_NS / 2;
+	assert_int_equal(alloc_arena_decay(a), 0);
+	for (int i = 0; i < N; i++)
+		alloc_obj_free(a, NULL, c2m, huge[i]);
+	assert_int_equal(stats_of(a).spare_chunks, 2 * N);
+
+	/* Once the first ones are old enough, the next region taken unmaps
+	 * them: the N freed since stay, with the run kept whole. */
+	fx->mock.now += ALLOC_SPARE_KEEP_NS / 2;
+	void *p = alloc_obj(a, NULL, c2m, NULL);
+	assert_non_null(p);
+	alloc_obj_free(a, NULL, c2m, p);
+	st = stats_of(a);
+	assert_int_equal(st.spare_chunks, N + 1);
+	assert_int_equal(fx->mock.mapped, (N + 1) * ALLOC_CHUNK_SIZE);
+	assert_int_equal(st.mapped_bytes, (N + 1) * ALLOC_CHUNK_SIZE);
+
+	/* The rest age out down to ALLOC_SPARE_MAX, which stay for good. */
+	assert_int_equal(age_spares(fx),
+			 (N + 1 - ALLOC_SPARE_MAX) * ALLOC_CHUNK_SIZE);
+	assert_int_equal(age_spares(fx), 0);
+	st = stats_of(a);
 	assert_int_equal(st.spare_chunks, ALLOC_SPARE_MAX);
 	assert_int_equal(fx->mock.mapped, ALLOC_SPARE_MAX * ALLOC_CHUNK_SIZE);
 	unsigned gone = 0;
 	unsigned char vec[1];
-	for (int i = 0; i < N; i++) {
+	for (int i = 0; i < 2 * N; i++) {
 		errno = 0;
-		if (mincore(huge[i], 4096, vec) && errno == ENOMEM)
-			gone++;
-		errno = 0;
-		if (mincore(big[2 * i], 4096, vec) && errno == ENOMEM)
+		if (mincore(region[i], 4096, vec) && errno == ENOMEM)
 			gone++;
 	}
 	assert_int_equal(gone, 2 * N - ALLOC_SPARE_MAX);
@@ -424,6 +490,32 @@ static void test_chunks_unmapped(void **state)
 	assert_int_equal(alloc_arena_trim(a), ALLOC_SPARE_MAX * ALLOC_CHUNK_SIZE);
 	assert_int_equal(fx->mock.mapped, 0);
 	assert_int_equal(stats_of(a).mapped_bytes, 0);
+}
+
+/* Without memory to note a spare in, the region is unmapped at once and
+ * the arena goes on. */
+static void test_spare_note_failure(void **state)
+{
+	struct fixture *fx = *state;
+	struct alloc_arena *a = &fx->arena;
+	const unsigned c2m = alloc_data_class(2 * MIB);
+	enum { N = 12 };
+	char *huge[N];
+	for (int i = 0; i < N; i++) {
+		huge[i] = alloc_obj(a, NULL, c2m, NULL);
+		assert_non_null(huge[i]);
+	}
+	a->spare_grow_fail = 1;
+	alloc_obj_free(a, NULL, c2m, huge[0]);
+	assert_int_equal(stats_of(a).spare_chunks, 0);
+	assert_int_equal(fx->mock.mapped, (N - 1) * ALLOC_CHUNK_SIZE);
+	/* The next ones are kept, growing the array past its first size. */
+	for (int i = 1; i < N; i++)
+		alloc_obj_free(a, NULL, c2m, huge[i]);
+	assert_int_equal(stats_of(a).spare_chunks, N - 1);
+	assert_int_equal(fx->mock.mapped, (N - 1) * ALLOC_CHUNK_SIZE);
+	alloc_arena_trim(a);
+	assert_int_equal(fx->mock.mapped, 0);
 }
 
 /* ---- zero tracking ---- */
@@ -898,7 +990,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_kept_run, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_coalesce_to_chunk, setup,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_chunks_unmapped, setup,
+		cmocka_unit_test_setup_teardown(test_spares_age_out,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_spare_note_failure, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_zeroed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_header_pages, setup,

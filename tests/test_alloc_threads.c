@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -342,9 +343,46 @@ static void test_stress_private_arena(void **state)
 	alloc_arena_stats(&a, &st);
 	assert_int_equal(st.data_bytes + st.meta_bytes, 0);
 	assert_int_equal(st.chunks + st.huge_blocks, 0);
-	assert_true(st.spare_chunks <= ALLOC_SPARE_MAX);
-	assert_true(st.maps > 2); /* chunks were mapped and unmapped */
+	/* What stays mapped is spares only, and a trim gives it back. */
+	assert_int_equal(st.mapped_bytes, st.spare_chunks * ALLOC_CHUNK_SIZE);
+	assert_true(st.maps > 2);
+	alloc_arena_trim(&a);
+	alloc_arena_stats(&a, &st);
+	assert_int_equal(st.mapped_bytes, 0);
 	assert_int_equal(alloc_arena_destroy(&a), 0);
+}
+
+/* Spares age out in a process that allocates nothing more: a pool's
+ * flusher, idle, gives the library arena's old spares back. */
+static void test_idle_flusher_ages_spares(void **state)
+{
+	(void)state;
+	enum { N = 16 };
+	void *data[N], *meta[N];
+	for (int i = 0; i < N; i++) {
+		bool zero;
+		assert_int_equal(alloc_folio_mem(2 * MIB, 64, &data[i], &meta[i],
+						 &zero),
+				 0);
+		memset(data[i], 7, 4096);
+	}
+	for (int i = 0; i < N; i++)
+		alloc_folio_mem_free(data[i], 2 * MIB, meta[i], 64);
+	assert_true(lib_stats().spare_chunks >= N);
+	struct folio_pool *p;
+	struct folio_pool_opts o = {.sz = sizeof(o), .budget = 4 * MIB,
+				    .dirty_expire_ms = 20,
+				    .flusher_threads = 1};
+	assert_int_equal(folio_pool_new(&p, &o), 0);
+	/* ALLOC_SPARE_KEEP_NS, then a flusher period or two. */
+	size_t left = SIZE_MAX;
+	for (unsigned ms = 0; ms < 10000 && left > ALLOC_SPARE_MAX; ms += 50) {
+		struct timespec t = {0, 50 * 1000 * 1000};
+		nanosleep(&t, NULL);
+		left = lib_stats().spare_chunks;
+	}
+	assert_int_equal(folio_pool_free(p), 0);
+	assert_true(left <= ALLOC_SPARE_MAX);
 }
 
 int main(void)
@@ -354,6 +392,7 @@ int main(void)
 		cmocka_unit_test(test_folio_put_elsewhere),
 		cmocka_unit_test(test_stress_library_arena),
 		cmocka_unit_test(test_stress_private_arena),
+		cmocka_unit_test(test_idle_flusher_ages_spares),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

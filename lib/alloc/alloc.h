@@ -57,8 +57,12 @@
 /* Classes the thread caches hold: every slab class and 4 .. 32 KiB. */
 #define ALLOC_TC_CLASSES (ALLOC_NSLAB + 4u)
 #define ALLOC_MAG_MAX 32u
-/* Wholly free chunks kept mapped before the next one is unmapped. */
+/* Wholly free regions kept mapped however long they stay unused. */
 #define ALLOC_SPARE_MAX 2u
+/* Beyond those, a freed region stays mapped (a spare) until it has gone
+ * unused this long; then the next region taken or given back, a pool
+ * flusher's idle tick or a trim unmaps it. */
+#define ALLOC_SPARE_KEEP_NS 1000000000u
 /* Free blocks inside chunks in use that may keep their pages: above
  * this, freeing gives pages of free blocks of ALLOC_TRIM_MIN_ORDER and up
  * back to the kernel until it is met again. */
@@ -83,6 +87,8 @@ struct alloc_ops {
 	void *(*map)(void *ctx, size_t len);
 	void (*unmap)(void *ctx, void *p, size_t len);
 	void *ctx;
+	/* Monotonic nanoseconds for the spares' ages; NULL: the clock. */
+	uint64_t (*now)(void *ctx);
 };
 
 struct alloc_chunk;
@@ -100,8 +106,14 @@ struct alloc_arena {
 	struct alloc_ops ops;
 	unsigned flags;
 	struct alloc_chunk *head[ALLOC_NLISTS];
-	void *spare[ALLOC_SPARE_MAX];
-	unsigned nspare;
+	/* Wholly free regions kept mapped, oldest first: taken from the
+	 * end (the most recently used memory), aged out from the front. */
+	struct alloc_spare {
+		void *p;
+		uint64_t freed_ns;
+	} *spare;
+	size_t nspare, spare_cap;
+	unsigned spare_grow_fail; /* tests: fail this many growths */
 	struct alloc_tcache *tcaches;
 	size_t nchunks, nhuge, internal_bytes;
 	/* Bytes of free buddy blocks not known to be zero (resident, as
@@ -118,7 +130,8 @@ struct alloc_arena {
 	/* Per order, one wholly free run kept whole (off the lists, out of
 	 * nruns): a folio freed and allocated in turn then neither releases
 	 * nor rebuilds its run. It stands for a spare region in every count
-	 * (nkept + nspare <= ALLOC_SPARE_MAX, stats, free_resident), and a
+	 * (kept while nkept + nspare < ALLOC_SPARE_MAX, stats,
+	 * free_resident), and a
 	 * caller needing a region when no spare is left takes it. */
 	struct alloc_run *run_kept[ALLOC_RUN_ORDERS];
 	size_t run_mask, run_used, nruns, nkept;
@@ -206,6 +219,9 @@ void alloc_arena_stats(struct alloc_arena *a, struct alloc_stats *st);
  * not known to be zero (they read back as zeros). Returns bytes given
  * back. */
 size_t alloc_arena_trim(struct alloc_arena *a);
+/* Unmap the spares beyond ALLOC_SPARE_MAX that have gone unused for
+ * ALLOC_SPARE_KEEP_NS. Returns bytes given back. */
+size_t alloc_arena_decay(struct alloc_arena *a);
 
 /*
  * One object of class `cls` from cache `tc` (NULL: straight from the
@@ -248,5 +264,8 @@ void alloc_stats(struct alloc_stats *st);
 void alloc_thread_flush(void);
 /* alloc_thread_flush() and alloc_arena_trim() of the library's arena. */
 size_t alloc_trim(void);
+/* alloc_arena_decay() of the library's arena: for threads that wake on a
+ * timer, so that an idle process's spares still age out. */
+size_t alloc_decay(void);
 
 #endif

@@ -45,12 +45,22 @@
  * rare large folio, whose data dwarfs it). An emptied slab goes back to
  * the buddy allocator at once; the thread caches absorb the churn.
  *
- * Memory back to the kernel. A released chunk becomes a spare while
- * fewer than ALLOC_SPARE_MAX are kept, else it is unmapped. Spares stay
- * resident on purpose: they exist for a workload that empties and refills
- * a chunk (allocate and free 2 MiB folios, say), for which faulting the
- * pages in again would cost more than the mmap() saved; four MiB of
- * resident memory bound what that keeps. Free blocks inside chunks in use
+ * Memory back to the kernel. A released region (chunk, run or 2 MiB
+ * block) becomes a spare: it stays mapped and resident, and the next
+ * region anyone needs is the spare freed last. Spares exist because
+ * memory given back costs twice when it is wanted again: the kernel
+ * zeroes every page it faults in (a 2 MiB folio: a whole huge page
+ * cleared), munmap() waits for a grace period (unmap_spares()), and on a
+ * VM the host may have to fault the page in too. A cache that drops a
+ * mapping and opens another, or reads a file through, frees and refills
+ * the same amount within moments: measured, cold 128 KiB reads of a file
+ * through a new mapping spent a third of their time clearing pages
+ * (doc/benchmarks.md, "Cold sequential reads"). Spares age out:
+ * ALLOC_SPARE_MAX of them stay whatever their age, the others are
+ * unmapped once unused for ALLOC_SPARE_KEEP_NS (checked whenever a
+ * region is taken or given back, by idle pool flushers and by trims), so
+ * the memory kept beyond in-use memory is at most what was in use within
+ * that time, as with jemalloc's decay. Free blocks inside chunks in use
  * keep their pages up to ALLOC_FREE_RESIDENT_MAX: MADV_DONTNEED on every
  * free would make every reuse fault and zero again (a 1 MiB folio
  * recycled through reclaim: 256 faults), and MADV_FREE would leave RSS
@@ -83,6 +93,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "alloc/alloc.h"
@@ -304,34 +315,89 @@ fail:
 	return NULL;
 }
 
+static uint64_t arena_now(struct alloc_arena *a)
+{
+	if (a->ops.now)
+		return a->ops.now(a->ops.ctx);
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Unmap regions that held objects: an optimistic reader (doc/design.md,
+ * "Optimistic reads") may still be copying from a folio freed in one,
+ * inside an epoch section, and its copy must read stale bytes, not fault.
+ * One grace period serves the whole batch. */
+static void unmap_spares(struct alloc_arena *a, size_t n)
+{
+	epoch_synchronize();
+	for (size_t i = 0; i < n; i++) {
+		check_free_region(a->spare[i].p, ALLOC_CHUNK_SIZE);
+		unmap(a, a->spare[i].p, ALLOC_CHUNK_SIZE);
+	}
+	a->nspare -= n;
+	memmove(a->spare, a->spare + n, a->nspare * sizeof(*a->spare));
+}
+
+/* Under a->lock: unmap the spares past their keeping time, oldest first,
+ * leaving ALLOC_SPARE_MAX (runs kept whole count as spares). */
+static size_t spares_decay(struct alloc_arena *a, uint64_t now)
+{
+	size_t keep = ALLOC_SPARE_MAX > a->nkept ? ALLOC_SPARE_MAX - a->nkept : 0;
+	size_t n = 0;
+	while (a->nspare - n > keep &&
+	       now - a->spare[n].freed_ns >= ALLOC_SPARE_KEEP_NS)
+		n++;
+	if (n)
+		unmap_spares(a, n);
+	return n * ALLOC_CHUNK_SIZE;
+}
+
 void *alloc_region_get(struct alloc_arena *a, bool *fresh)
 {
 	if (!a->nspare && a->nkept)
 		alloc_run_release_kept(a);
+	if (a->nspare > ALLOC_SPARE_MAX)
+		spares_decay(a, arena_now(a));
 	if (a->nspare) {
 		*fresh = false;
-		return a->spare[--a->nspare];
+		return a->spare[--a->nspare].p;
 	}
 	*fresh = true;
 	return region_map(a);
 }
 
-/* Unmap a region that held objects: an optimistic reader (doc/design.md,
- * "Optimistic reads") may still be copying from a folio freed in it,
- * inside an epoch section, and its copy must read stale bytes, not fault.
- * Rare (spare regions are kept first), so a grace period each is cheap. */
-static void unmap_used(struct alloc_arena *a, void *p, size_t len)
-{
-	epoch_synchronize();
-	unmap(a, p, len);
-}
-
 void alloc_region_put(struct alloc_arena *a, void *p)
 {
-	if (a->nspare + a->nkept < ALLOC_SPARE_MAX)
-		a->spare[a->nspare++] = p;
-	else
-		unmap_used(a, p, ALLOC_CHUNK_SIZE);
+	if (a->nspare == a->spare_cap) {
+		size_t cap = a->spare_cap ? 2 * a->spare_cap : 8;
+		struct alloc_spare *n = NULL;
+		if (a->spare_grow_fail)
+			a->spare_grow_fail--;
+		else
+			n = realloc(a->spare, cap * sizeof(*n));
+		if (!n) {
+			/* Kept memory is an optimisation: without room to
+			 * note the region, give it back. */
+			epoch_synchronize();
+			unmap(a, p, ALLOC_CHUNK_SIZE);
+			return;
+		}
+		a->spare = n;
+		a->spare_cap = cap;
+	}
+	uint64_t now = arena_now(a);
+	a->spare[a->nspare++] = (struct alloc_spare){p, now};
+	spares_decay(a, now);
+}
+
+size_t alloc_arena_decay(struct alloc_arena *a)
+{
+	pthread_mutex_lock(&a->lock);
+	size_t given =
+		a->nspare > ALLOC_SPARE_MAX ? spares_decay(a, arena_now(a)) : 0;
+	pthread_mutex_unlock(&a->lock);
+	return given;
 }
 
 /* ---- chunks and the buddy allocator ---- */
@@ -684,10 +750,13 @@ int alloc_arena_destroy(struct alloc_arena *a)
 		return -EBUSY;
 	}
 	while (a->nspare) {
-		void *p = a->spare[--a->nspare];
+		void *p = a->spare[--a->nspare].p;
 		check_free_region(p, ALLOC_CHUNK_SIZE);
 		unmap(a, p, ALLOC_CHUNK_SIZE);
 	}
+	free(a->spare);
+	a->spare = NULL;
+	a->spare_cap = 0;
 	alloc_run_destroy(a);
 	pthread_mutex_unlock(&a->lock);
 	pthread_mutex_destroy(&a->lock);
@@ -738,12 +807,9 @@ size_t alloc_arena_trim(struct alloc_arena *a)
 	size_t given = 0;
 	pthread_mutex_lock(&a->lock);
 	alloc_run_release_kept(a);
-	while (a->nspare) {
-		void *p = a->spare[--a->nspare];
-		check_free_region(p, ALLOC_CHUNK_SIZE);
-		unmap_used(a, p, ALLOC_CHUNK_SIZE);
-		given += ALLOC_CHUNK_SIZE;
-	}
+	given += a->nspare * ALLOC_CHUNK_SIZE;
+	if (a->nspare)
+		unmap_spares(a, a->nspare);
 	given += trim_free_blocks(a, 0);
 	a->trim_floor = 0;
 	pthread_mutex_unlock(&a->lock);

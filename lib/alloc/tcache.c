@@ -381,3 +381,8 @@ size_t alloc_trim(void)
 	alloc_thread_flush();
 	return alloc_arena_trim(&alloc_default_arena);
 }
+
+size_t alloc_decay(void)
+{
+	return alloc_arena_decay(&alloc_default_arena);
+}

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "alloc/alloc.h"
 #include "pool/pool.h"
 #include "mapping/cache.h"
 #include "mapping/commit.h"
@@ -329,6 +330,12 @@ static void *flusher_main(void *arg)
 		struct pool_member *mb = flusher_pick(p, now);
 		if (!mb) {
 			atomic_store(&p->kicked, false);
+			/* Idle: spares of the allocator still age out when
+			 * nothing allocates (outside p->lock: unmapping
+			 * waits for a grace period). */
+			pthread_mutex_unlock(&p->lock);
+			alloc_decay();
+			pthread_mutex_lock(&p->lock);
 			struct timespec t;
 			clock_gettime(CLOCK_MONOTONIC, &t);
 			uint64_t at =
