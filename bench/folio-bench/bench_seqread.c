@@ -32,12 +32,17 @@
 
 static uint64_t rounds = 3;
 static const char *posix_threads = "default";
+static const char *memory = "warm";
+static bool warm_memory;
 
 static struct bench_xopt xopts[] = {
 	{.name = "rounds", .type = BENCH_X_UINT, .var = &rounds,
 	 .metavar = "N", .help = "cold rounds per variant (median counts)"},
 	{.name = "posix-threads", .type = BENCH_X_STR, .var = &posix_threads,
 	 .metavar = "LIST", .help = BENCH_POSIX_THREADS_HELP},
+	{.name = "memory", .type = BENCH_X_STR, .var = &memory,
+	 .metavar = "warm|fresh",
+	 .help = "warm: an untimed pass of each variant before its round"},
 	{0},
 };
 
@@ -86,12 +91,42 @@ static int read_all(int fd, struct folio_mapping *m, char *buf,
 	return 0;
 }
 
+/*
+ * --memory warm: the same pass, untimed, just before the timed one, so
+ * that each side reads the cold data into memory its own kind has just
+ * freed: the kernel the pages the drop gave back, the library what its
+ * allocator kept of the freed mapping. Without it the kernel's figure
+ * depends on the rounds before: on this VM free memory the host has
+ * taken back faults on first touch (a 1 GiB pread after 5 s idle: 0.9
+ * GB/s, right after another: 5.4), so whichever side freed memory last
+ * handed the other a warm start (doc/benchmarks.md, "Cold sequential
+ * reads").
+ */
+static int warm_up(struct bench_ctx *c, enum bench_cold k, int fd, int dfd,
+		   uint64_t bs, char *buf)
+{
+	struct bench_reader r;
+	double res, secs;
+	int err = bench_cold_start(c, k, fd, dfd, &r, &res);
+	if (err)
+		return err;
+	err = read_all(fd, r.m, buf, c->o.size, bs, &secs);
+	if (r.m) {
+		int f = bench_reader_close(&r);
+		if (!err)
+			err = f;
+	}
+	return err;
+}
+
 static int one_round(struct bench_ctx *c, enum bench_cold k, int fd,
 		     int dfd, uint64_t bs, char *buf, struct series *s)
 {
 	struct bench_reader r;
 	double res;
-	int err = bench_cold_start(c, k, fd, dfd, &r, &res);
+	int err = warm_memory ? warm_up(c, k, fd, dfd, bs, buf) : 0;
+	if (!err)
+		err = bench_cold_start(c, k, fd, dfd, &r, &res);
 	if (err)
 		return err;
 	if (res > s->max_resident)
@@ -221,6 +256,12 @@ static int run(struct bench_ctx *c)
 	}
 	if (bench_posix_parse("seqread", posix_threads, &pt))
 		return 2;
+	if (strcmp(memory, "warm") && strcmp(memory, "fresh")) {
+		fprintf(stderr, "folio-bench seqread: --memory: warm or fresh\n");
+		return 2;
+	}
+	warm_memory = !strcmp(memory, "warm");
+	bench_param_str(c, "memory", memory);
 	pt_named = pt.n > 1 || pt.v[0];
 	bench_param_str(c, "posix_threads", posix_threads);
 	struct bench_list bss = {2, {4 * KIB, 128 * KIB}};
@@ -277,7 +318,10 @@ static struct bench_cmd cmd = {
 	"variant: no file, so no kernel pread to compare with.\n"
 	"Before every round the kernel's pages of the file are dropped (fsync\n"
 	"+ FADV_DONTNEED, checked with mincore: a note warns when they stay)\n"
-	"and each library round uses a new mapping. --rounds rounds run the\n"
+	"and each library round uses a new mapping. With --memory warm (the\n"
+	"default) an untimed pass of the same variant runs just before each\n"
+	"round, so both sides read into memory their own kind just freed\n"
+	"(fresh: no such pass). --rounds rounds run the\n"
 	"variants interleaved; the median is reported with its ratio to\n"
 	"kernel pread and, for the library, engine read requests per MiB.\n"
 	"The default run reads a 64M file: each cold 4K O_DIRECT read costs a\n"
