@@ -1084,7 +1084,7 @@ struct folio_mapping_opts {
 	struct folio_pool *pool;
 	/* Added later (callers whose @sz ends before it get the default):
 	 * the largest readahead window in bytes, a multiple of the block
-	 * size up to FOLIO_MAPPING_MAX_READAHEAD; 0: 2 MiB. */
+	 * size up to FOLIO_MAPPING_MAX_READAHEAD; 0: 8 MiB. */
 	size_t readahead_max;
 };
 
