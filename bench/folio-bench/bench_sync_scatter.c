@@ -12,7 +12,9 @@
  * writeback does).
  *
  * Rounds interleave the variants, each round dirties other blocks (a new
- * seed) of the same file, and the median round counts.
+ * seed) of the same file, and the median round counts. Before each
+ * variant's round the file's kernel pages are dropped (as in the cold
+ * read workloads), so no variant inherits another's page cache.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -206,6 +208,17 @@ static int run(struct bench_ctx *c)
 			double w = 0, sy = 0;
 			bench_progress("sync-scatter %u/%llu [%u]", i + 1,
 				       (unsigned long long)rounds, v);
+			/* Every variant starts without the file in the page
+			 * cache: the kernel round leaves the very blocks the
+			 * next variant writes cached, and an O_DIRECT write
+			 * over cached pages must invalidate them; io_uring
+			 * cannot do that without blocking, so each such
+			 * write went to its worker threads. */
+			double res = bench_drop_kernel_cache(c, fd, o->size);
+			if (res < 0) {
+				err = (int)res;
+				break;
+			}
 			if (v == V_KERNEL) {
 				err = kernel_round(fd, blk, buf, &w, &sy);
 				if (!err) {
@@ -235,6 +248,7 @@ static int run(struct bench_ctx *c)
 		}
 	}
 	bench_progress_done();
+	bench_note_coldness(c);
 	if (!err) {
 		report(c, "kernel pwrite+fdatasync", &sk, 0, 0, false);
 		double base = bench_median(sk.sync_ms, sk.n);
