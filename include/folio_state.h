@@ -1084,7 +1084,9 @@ struct folio_mapping_opts {
 	struct folio_pool *pool;
 	/* Added later (callers whose @sz ends before it get the default):
 	 * the largest readahead window in bytes, a multiple of the block
-	 * size up to FOLIO_MAPPING_MAX_READAHEAD; 0: 8 MiB. */
+	 * size up to FOLIO_MAPPING_MAX_READAHEAD; 0: 2 MiB, or as far as
+	 * the kernel reads ahead on the device of a posix or io_uring
+	 * engine's file when that is more (its queue's read_ahead_kb). */
 	size_t readahead_max;
 };
 

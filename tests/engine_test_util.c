@@ -14,8 +14,10 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/resource.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -1167,5 +1169,50 @@ void fe_test_durable(void **state)
 	close(ro);
 	free(in);
 	free(chk);
+	tfile_close(&f);
+}
+
+/* What the kernel reads ahead on the device holding `fd`, found another
+ * way than the engines do: the device's sysfs directory resolved, its
+ * queue there or, for a partition, in its parent (the disk). 0: none. */
+static uint64_t oracle_readahead(int fd)
+{
+	struct stat st;
+	assert_int_equal(fstat(fd, &st), 0);
+	char link[64], real[PATH_MAX], attr[PATH_MAX + 64];
+	snprintf(link, sizeof(link), "/sys/dev/block/%u:%u", major(st.st_dev),
+		 minor(st.st_dev));
+	if (!realpath(link, real))
+		return 0;
+	for (int up = 0; up < 2; up++) {
+		snprintf(attr, sizeof(attr), "%s/queue/read_ahead_kb", real);
+		FILE *fp = fopen(attr, "r");
+		if (fp) {
+			unsigned long long kb = 0;
+			int n = fscanf(fp, "%llu", &kb);
+			fclose(fp);
+			return n == 1 ? kb * 1024 : 0;
+		}
+		char *slash = strrchr(real, '/');
+		if (!slash)
+			break;
+		*slash = 0;
+	}
+	return 0;
+}
+
+void fe_test_readahead_hint(void **state)
+{
+	struct tfile f;
+	if (!tfile_open(&f, state))
+		return;
+	struct folio_engine *e = fe_new(f.fd, 0);
+	uint64_t want = oracle_readahead(f.fd);
+	printf("# %s: the device reads ahead %llu KiB\n", f.w->dir,
+	       (unsigned long long)(want / 1024));
+	assert_int_equal(e->readahead_hint, want);
+	if (f.w == &fe_shm)
+		assert_int_equal(e->readahead_hint, 0); /* tmpfs: no device */
+	assert_int_equal(folio_engine_free(e), 0);
 	tfile_close(&f);
 }

@@ -201,7 +201,8 @@ extern struct where fe_disk, fe_shm;
 	FE_ON_BOTH(short_write), FE_ON_BOTH(flush_truncate),           \
 	FE_ON_BOTH(truncate_eintr), FE_ON_BOTH(direct),                \
 	FE_ON_BOTH(direct_tail), FE_TEST(errors), FE_TEST(bad_requests), \
-	FE_ON_BOTH(durable), FE_ON_BOTH(waited)
+	FE_ON_BOTH(durable), FE_ON_BOTH(waited),                       \
+	FE_ON_BOTH(readahead_hint)
 
 /* Group fixtures: make the directories, and remove them together with
  * any files a failed test left behind. */
@@ -248,5 +249,8 @@ void fe_test_errors(void **state);
 void fe_test_bad_requests(void **state);
 void fe_test_durable(void **state);
 void fe_test_waited(void **state);
+/* The engine's readahead hint is what the kernel reads ahead on the
+ * file's device (0 on tmpfs). */
+void fe_test_readahead_hint(void **state);
 
 #endif

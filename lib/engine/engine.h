@@ -24,6 +24,11 @@ struct folio_engine {
 	struct folio_engine_ops ops;
 	void *ctx;
 	enum engine_kind kind;
+	/* How far the device behind the engine reads ahead for the kernel,
+	 * in bytes (0: unknown). A mapping's readahead windows grow at least
+	 * this far unless its opts say otherwise: an O_DIRECT engine then
+	 * keeps as much in flight as the kernel's own readahead would. */
+	uint64_t readahead_hint;
 	atomic_uint users; /* mappings attached */
 	/* Flushes that failed: the engine may have dropped any write it
 	 * held, whichever mapping's flush it was (see commit.c). */

@@ -13,6 +13,7 @@
  */
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <limits.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -167,6 +168,41 @@ int engine_fd_submit_tail(const struct engine_fd *f, struct folio_io *io)
 		barrier = engine_fd_datasync(f->tail_fd);
 	engine_complete(io, res, barrier);
 	return 1;
+}
+
+/* A queue attribute of block device `dev` as a number, -1 when there is
+ * none. A partition has no queue of its own: its disk's is one level up
+ * in sysfs (the kernel resolves ".." after the symlink /sys/dev/block/
+ * M:m points through). */
+static long long sysfs_queue_number(dev_t dev, const char *attr)
+{
+	const char *const where[] = {"", "../"};
+	for (unsigned i = 0; i < 2; i++) {
+		char path[96];
+		snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/%squeue/%s",
+			 major(dev), minor(dev), where[i], attr);
+		FILE *fp = fopen(path, "re");
+		if (!fp)
+			continue;
+		long long v = -1;
+		if (fscanf(fp, "%lld", &v) != 1)
+			v = -1;
+		fclose(fp);
+		return v;
+	}
+	return -1;
+}
+
+uint64_t engine_fd_device_readahead(int fd)
+{
+	struct stat st;
+	if (fstat(fd, &st))
+		return 0;
+	dev_t dev = S_ISBLK(st.st_mode) ? st.st_rdev : st.st_dev;
+	if (!S_ISBLK(st.st_mode) && !S_ISREG(st.st_mode))
+		return 0;
+	long long kb = sysfs_queue_number(dev, "read_ahead_kb");
+	return kb > 0 ? (uint64_t)kb << 10 : 0;
 }
 
 int engine_fd_datasync(int fd)

@@ -56,6 +56,11 @@ ssize_t engine_fd_rw(int fd, bool direct, struct folio_io *io);
  * through the tail descriptor, -EINVAL when nothing may take it. */
 int engine_fd_submit_tail(const struct engine_fd *f, struct folio_io *io);
 
+/* How far the kernel reads ahead on the block device holding @fd's file
+ * (or that @fd is), in bytes: its queue's read_ahead_kb. 0 when there is
+ * no such device (tmpfs, a network file system) or it cannot be read. */
+uint64_t engine_fd_device_readahead(int fd);
+
 /* fdatasync(), retried on EINTR. 0 or -errno. */
 int engine_fd_datasync(int fd);
 

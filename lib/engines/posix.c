@@ -337,6 +337,8 @@ int folio_engine_posix_opts(struct folio_engine **out, int fd,
 	ret = engine_create(out, &posix_ops, p, ENGINE_POSIX);
 	if (ret)
 		posix_destroy(p);
+	else
+		(*out)->readahead_hint = engine_fd_device_readahead(p->f.fd);
 	return ret;
 }
 

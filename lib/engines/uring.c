@@ -982,5 +982,7 @@ int folio_engine_uring(struct folio_engine **out, int fd, unsigned depth,
 	ret = engine_create(out, &uring_ops, c, ENGINE_URING);
 	if (ret)
 		uring_destroy(c);
+	else
+		(*out)->readahead_hint = engine_fd_device_readahead(c->f.fd);
 	return ret;
 }

@@ -105,7 +105,15 @@ int folio_mapping_new(struct folio_mapping **out,
 		}
 		m->cache = cache;
 	}
-	mapping_readahead_init(m, ra_max ? ra_max : MAPPING_RA_DEFAULT_MAX);
+	if (!ra_max) {
+		/* At least as far as the kernel reads ahead on the engine's
+		 * device (engine.h, readahead_hint). */
+		uint64_t hint = MIN(opts->engine->readahead_hint,
+				    (uint64_t)FOLIO_MAPPING_MAX_READAHEAD);
+		ra_max = (size_t)MAX(hint & ~((uint64_t)bs - 1),
+				     MAPPING_RA_DEFAULT_MAX);
+	}
+	mapping_readahead_init(m, ra_max);
 	atomic_fetch_add(&opts->engine->users, 1);
 	*out = m;
 	return 0;

@@ -9,7 +9,7 @@
 #include "mapping/mapping.h"
 
 /* Largest window when the caller sets none. */
-#define MAPPING_RA_DEFAULT_MAX ((uint64_t)8 << 20)
+#define MAPPING_RA_DEFAULT_MAX ((uint64_t)2 << 20)
 
 void mapping_readahead_init(struct folio_mapping *m, uint64_t max);
 
