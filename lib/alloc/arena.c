@@ -53,9 +53,10 @@
  * cleared), munmap() waits for a grace period (unmap_spares()), and on a
  * VM the host may have to fault the page in too. A cache that drops a
  * mapping and opens another, or reads a file through, frees and refills
- * the same amount within moments: measured, cold 128 KiB reads of a file
- * through a new mapping spent a third of their time clearing pages
- * (doc/benchmarks.md, "Cold sequential reads"). Spares age out:
+ * the same amount within moments: measured, a benchmark of cold 128 KiB
+ * reads through a new mapping per round spent a quarter of all its time
+ * clearing pages (doc/benchmarks.md, "Cold sequential reads"). Spares
+ * age out:
  * ALLOC_SPARE_MAX of them stay whatever their age, the others are
  * unmapped once unused for ALLOC_SPARE_KEEP_NS (checked whenever a
  * region is taken or given back, by idle pool flushers and by trims), so
