@@ -633,6 +633,58 @@ static void test_failed_extending_write_landed(void **state)
 }
 
 /*
+ * The same under FOLIO_MAPPING_DROP_ON_ERROR, where no flush redoes a lost
+ * truncate (a redo would cut what was written since, which that policy
+ * keeps nothing of to write again): the failed cut is a failed write like
+ * any other, reported once, and must not owe anything. It used to mark
+ * the store stale from the old EOF for good: every later direct write
+ * reaching past it failed with -EIO without any fault, and buffered reads
+ * there read zeros instead of data written and synced since (found by
+ * the fuzzer).
+ */
+static void test_failed_landed_cut_drop_on_error(void **state)
+{
+	(void)state;
+	struct folio_engine *e;
+	struct folio_mapping *m =
+		setup(&e, 16 * KIB, FOLIO_MAPPING_DROP_ON_ERROR);
+	unsigned char *d = abuf(8 * BS);
+	fill(d, 8 * BS, 73);
+	struct folio_mem_fault f = {.sz = sizeof(f),
+				    .ops = FOLIO_MEM_OP_WRITE,
+				    .count = 1,
+				    .error = -ENOMEM,
+				    .flags = FOLIO_MEM_FAULT_APPLIED};
+	assert_int_equal(folio_engine_mem_inject(e, &f), 0);
+	struct folio_mem_fault t = {.sz = sizeof(t),
+				    .ops = FOLIO_MEM_OP_TRUNCATE,
+				    .count = 1,
+				    .error = -EIO};
+	assert_int_equal(folio_engine_mem_inject(e, &t), 0);
+	assert_int_equal(folio_mapping_write_direct(m, d, 8 * BS, 16 * KIB, 0),
+			 -ENOMEM);
+	assert_int_equal(folio_mapping_size(m), 16 * KIB);
+	/* Reported once, by the next sync. */
+	assert_true(folio_mapping_sync(m, NULL) < 0);
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	/* Writing past the old EOF works again, directly ... */
+	fill(d, 8 * BS, 74);
+	assert_int_equal(folio_mapping_write_direct(m, d, 8 * BS, 16 * KIB, 0),
+			 (ssize_t)(8 * BS));
+	expect_direct(m, d, 8 * BS, 16 * KIB);
+	/* ... and through the cache: synced, dropped, read back. */
+	fill(d, 8 * BS, 75);
+	assert_int_equal(folio_mapping_write(m, d, 8 * BS, 16 * KIB),
+			 (ssize_t)(8 * BS));
+	assert_int_equal(folio_mapping_sync(m, NULL), 0);
+	assert_int_equal(folio_mapping_invalidate(m, 0, 0, 0), 0);
+	test_expect_read(m, d, 8 * BS, 16 * KIB);
+	test_expect_store(e, d, 8 * BS, 16 * KIB);
+	free(d);
+	test_close(m, e);
+}
+
+/*
  * A flush of the engine fails (another mapping's sync) while a direct
  * write is in flight: the write may have been dropped, and the library
  * has no copy, so it fails with -EIO and records it. An engine of our own
@@ -1106,6 +1158,7 @@ int main(void)
 		cmocka_unit_test(test_dsync_after_settle_flush_fails),
 		cmocka_unit_test(test_failed_barrier_redirties),
 		cmocka_unit_test(test_failed_extending_write_landed),
+		cmocka_unit_test(test_failed_landed_cut_drop_on_error),
 		cmocka_unit_test(test_flush_failure_in_flight),
 		cmocka_unit_test(test_model),
 		cmocka_unit_test(test_threads_race),

@@ -205,7 +205,7 @@ void mapping_resize_owed(struct folio_mapping *m, uint64_t size)
  * does not hold, and show them once EOF grows again (or to the next user
  * of the store). Cut it at `eof`. When the cut fails, it is owed: reads
  * zero-fill from there, and the next flush redoes it before it can
- * succeed. Used after a discard lowered EOF and after a failed direct
+ * succeed (under DROP_ON_ERROR it is only reported). Used after a discard lowered EOF and after a failed direct
  * write. Caller holds io_lock exclusively.
  */
 void mapping_cut_landed_writes(struct folio_mapping *m, uint64_t eof)
@@ -214,7 +214,14 @@ void mapping_cut_landed_writes(struct folio_mapping *m, uint64_t eof)
 		return;
 	int r = engine_truncate(m->engine, eof);
 	if (r) {
-		mapping_resize_owed(m, eof);
+		/* Under DROP_ON_ERROR no flush redoes a lost cut (the redo
+		 * would cut what was written since, which that policy keeps
+		 * nothing of to write again), so owing it would keep reads
+		 * zero-filling and direct writes failing past `eof` for
+		 * good. There it is a failed write like any other: reported
+		 * once, the store keeps what it holds. */
+		if (!(m->flags & FOLIO_MAPPING_DROP_ON_ERROR))
+			mapping_resize_owed(m, eof);
 		errseq_record(m, r);
 		return;
 	}
