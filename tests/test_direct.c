@@ -579,6 +579,24 @@ static void test_failed_barrier_redirties(void **state)
 	assert_int_equal(folio_engine_free(e), 0);
 }
 
+/* The next write lands in the store and then fails with -ENOMEM (a lost
+ * reply); with cut_fails, the truncate after it fails too. */
+static void inject_landed_write(struct folio_engine *e, bool cut_fails)
+{
+	struct folio_mem_fault f = {.sz = sizeof(f),
+				    .ops = FOLIO_MEM_OP_WRITE,
+				    .count = 1,
+				    .error = -ENOMEM,
+				    .flags = FOLIO_MEM_FAULT_APPLIED};
+	assert_int_equal(folio_engine_mem_inject(e, &f), 0);
+	struct folio_mem_fault t = {.sz = sizeof(t),
+				    .ops = FOLIO_MEM_OP_TRUNCATE,
+				    .count = 1,
+				    .error = -EIO};
+	if (cut_fails)
+		assert_int_equal(folio_engine_mem_inject(e, &t), 0);
+}
+
 /*
  * A direct write past EOF that the store applied but reported failed (a
  * remote store that lost the reply) grew the store all the same: the
@@ -594,18 +612,7 @@ static void test_failed_extending_write_landed(void **state)
 		struct folio_mapping *m = setup(&e, 16 * KIB, 0);
 		unsigned char *d = abuf(8 * BS);
 		fill(d, 8 * BS, 71);
-		struct folio_mem_fault f = {.sz = sizeof(f),
-					    .ops = FOLIO_MEM_OP_WRITE,
-					    .count = 1,
-					    .error = -ENOMEM,
-					    .flags = FOLIO_MEM_FAULT_APPLIED};
-		assert_int_equal(folio_engine_mem_inject(e, &f), 0);
-		struct folio_mem_fault t = {.sz = sizeof(t),
-					    .ops = FOLIO_MEM_OP_TRUNCATE,
-					    .count = 1,
-					    .error = -EIO};
-		if (cut_fails)
-			assert_int_equal(folio_engine_mem_inject(e, &t), 0);
+		inject_landed_write(e, cut_fails);
 		assert_int_equal(folio_mapping_write_direct(m, d, 8 * BS,
 							    16 * KIB, 0),
 				 -ENOMEM);
@@ -650,17 +657,7 @@ static void test_failed_landed_cut_drop_on_error(void **state)
 		setup(&e, 16 * KIB, FOLIO_MAPPING_DROP_ON_ERROR);
 	unsigned char *d = abuf(8 * BS);
 	fill(d, 8 * BS, 73);
-	struct folio_mem_fault f = {.sz = sizeof(f),
-				    .ops = FOLIO_MEM_OP_WRITE,
-				    .count = 1,
-				    .error = -ENOMEM,
-				    .flags = FOLIO_MEM_FAULT_APPLIED};
-	assert_int_equal(folio_engine_mem_inject(e, &f), 0);
-	struct folio_mem_fault t = {.sz = sizeof(t),
-				    .ops = FOLIO_MEM_OP_TRUNCATE,
-				    .count = 1,
-				    .error = -EIO};
-	assert_int_equal(folio_engine_mem_inject(e, &t), 0);
+	inject_landed_write(e, true);
 	assert_int_equal(folio_mapping_write_direct(m, d, 8 * BS, 16 * KIB, 0),
 			 -ENOMEM);
 	assert_int_equal(folio_mapping_size(m), 16 * KIB);
