@@ -92,55 +92,39 @@ static int read_all(int fd, struct folio_mapping *m, char *buf,
 }
 
 /*
- * --memory warm: the same pass, untimed, just before the timed one, so
- * that each side reads the cold data into memory its own kind has just
- * freed: the kernel the pages the drop gave back, the library what its
- * allocator kept of the freed mapping. Without it the kernel's figure
- * depends on the rounds before: on this VM free memory the host has
- * taken back faults on first touch (a 1 GiB pread after 5 s idle: 0.9
- * GB/s, right after another: 5.4), so whichever side freed memory last
- * handed the other a warm start (doc/benchmarks.md, "Cold sequential
- * reads").
+ * One pass of variant k over the file, recorded in s; s NULL: untimed,
+ * recording nothing. --memory warm runs such a pass just before each
+ * timed one, so that each side reads the cold data into memory its own
+ * kind has just freed: the kernel the pages the drop gave back, the
+ * library what its allocator kept of the freed mapping. Without it the
+ * kernel's figure depends on the rounds before: on this VM free memory
+ * the host has taken back faults on first touch (a 1 GiB pread after 5 s
+ * idle: 0.9 GB/s, right after another: 5.4), so whichever side freed
+ * memory last handed the other a warm start (doc/benchmarks.md, "Cold
+ * sequential reads").
  */
-static int warm_up(struct bench_ctx *c, enum bench_cold k, int fd, int dfd,
-		   uint64_t bs, char *buf)
-{
-	struct bench_reader r;
-	double res, secs;
-	int err = bench_cold_start(c, k, fd, dfd, &r, &res);
-	if (err)
-		return err;
-	err = read_all(fd, r.m, buf, c->o.size, bs, &secs);
-	if (r.m) {
-		int f = bench_reader_close(&r);
-		if (!err)
-			err = f;
-	}
-	return err;
-}
-
 static int one_round(struct bench_ctx *c, enum bench_cold k, int fd,
 		     int dfd, uint64_t bs, char *buf, struct series *s)
 {
 	struct bench_reader r;
 	double res;
-	int err = warm_memory ? warm_up(c, k, fd, dfd, bs, buf) : 0;
-	if (!err)
-		err = bench_cold_start(c, k, fd, dfd, &r, &res);
+	int err = bench_cold_start(c, k, fd, dfd, &r, &res);
 	if (err)
 		return err;
-	if (res > s->max_resident)
+	if (s && res > s->max_resident)
 		s->max_resident = res;
 	double secs = 0;
 	err = read_all(fd, r.m, buf, c->o.size, bs, &secs);
 	if (r.m) {
-		s->st.sz = sizeof(s->st);
-		folio_mapping_stats(r.m, &s->st);
+		if (s) {
+			s->st.sz = sizeof(s->st);
+			folio_mapping_stats(r.m, &s->st);
+		}
 		int f = bench_reader_close(&r);
 		if (!err)
 			err = f;
 	}
-	if (!err)
+	if (!err && s)
 		s->mbs[s->n++] = (double)c->o.size / secs / 1e6;
 	return err;
 }
@@ -220,8 +204,12 @@ static int run_bs(struct bench_ctx *c, int fd, int dfd, bool uring,
 					       (unsigned long long)i + 1,
 					       (unsigned long long)rounds,
 					       bench_cold_label(c, k));
-				err = one_round(c, k, fd, dfd, bs, buf,
-						&s[k][t]);
+				if (warm_memory)
+					err = one_round(c, k, fd, dfd, bs, buf,
+							NULL);
+				if (!err)
+					err = one_round(c, k, fd, dfd, bs, buf,
+							&s[k][t]);
 				if (err)
 					fprintf(stderr,
 						"folio-bench seqread: %s: %s\n",

@@ -131,8 +131,8 @@ struct alloc_arena {
 	 * nruns): a folio freed and allocated in turn then neither releases
 	 * nor rebuilds its run. It stands for a spare region in every count
 	 * (kept while nkept + nspare < ALLOC_SPARE_MAX, stats,
-	 * free_resident), and a
-	 * caller needing a region when no spare is left takes it. */
+	 * free_resident), and a caller needing a region when no spare is
+	 * left takes it. */
 	struct alloc_run *run_kept[ALLOC_RUN_ORDERS];
 	size_t run_mask, run_used, nruns, nkept;
 };

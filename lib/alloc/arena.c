@@ -56,9 +56,8 @@
  * the same amount within moments: measured, a benchmark of cold 128 KiB
  * reads through a new mapping per round spent a quarter of all its time
  * clearing pages (doc/benchmarks.md, "Cold sequential reads"). Spares
- * age out:
- * ALLOC_SPARE_MAX of them stay whatever their age, the others are
- * unmapped once unused for ALLOC_SPARE_KEEP_NS (checked whenever a
+ * age out: ALLOC_SPARE_MAX of them stay whatever their age, the others
+ * are unmapped once unused for ALLOC_SPARE_KEEP_NS (checked whenever a
  * region is taken or given back, by idle pool flushers and by trims), so
  * the memory kept beyond in-use memory is at most what was in use within
  * that time, as with jemalloc's decay. Free blocks inside chunks in use

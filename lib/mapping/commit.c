@@ -205,8 +205,9 @@ void mapping_resize_owed(struct folio_mapping *m, uint64_t size)
  * does not hold, and show them once EOF grows again (or to the next user
  * of the store). Cut it at `eof`. When the cut fails, it is owed: reads
  * zero-fill from there, and the next flush redoes it before it can
- * succeed (under DROP_ON_ERROR it is only reported). Used after a discard lowered EOF and after a failed direct
- * write. Caller holds io_lock exclusively.
+ * succeed (under DROP_ON_ERROR it is only reported). Used after a
+ * discard lowered EOF and after a failed direct write. Caller holds
+ * io_lock exclusively.
  */
 void mapping_cut_landed_writes(struct folio_mapping *m, uint64_t eof)
 {
