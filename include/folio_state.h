@@ -956,7 +956,13 @@ FOLIO_EXPORT int folio_engine_posix_opts(struct folio_engine **out, int fd,
  * (threads beyond 16 share them), so concurrent submitters and syncers
  * take no common lock. submit() queues a readv/writev SQE at io->dev_pos
  * on the calling thread's ring and returns; it calls io_uring_submit()
- * only when the submission queue is full. unplug() submits the calling
+ * only when the submission queue is full. It never sleeps: once the ring
+ * holds as many requests as its completion queue has entries, a request
+ * waits in the engine, and submit() then hands the queue to the kernel
+ * and delivers the completions already there (from the calling thread,
+ * before it returns) to let waiting requests in, so that a caller that
+ * submits thousands keeps the device busy before it waits (not while
+ * the thread delivers completions of that ring). unplug() submits the calling
  * thread's queue (the library calls it after each batch of submits).
  * wait() submits the calling thread's queue, then sleeps until at least
  * one request of its ring has completed (its completion returned); when
