@@ -788,6 +788,9 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
 #define FOLIO_POSIX_KEEP_PAGE_CACHE 0x4u /* folio_engine_posix() only: leave
 					  * the kernel's copy of the pages
 					  * cached (no fadvise DONTNEED) */
+#define FOLIO_POSIX_NO_AIO 0x8u /* folio_engine_posix() only: workers on an
+				 * O_DIRECT fd do one system call per
+				 * request, never kernel AIO batches */
 
 /*
  * What O_DIRECT engines require of a request: dev_pos, len and every iovec
@@ -809,7 +812,8 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  * @out:   receives the engine on success.
  * @fd:    an open regular file or block device. It stays owned by the
  *         caller and must stay open until folio_engine_free().
- * @flags: 0, or FOLIO_ENGINE_DIRECT and/or FOLIO_POSIX_KEEP_PAGE_CACHE. An
+ * @flags: 0, or FOLIO_ENGINE_DIRECT, FOLIO_POSIX_KEEP_PAGE_CACHE and/or
+ *         FOLIO_POSIX_NO_AIO (see Workers below). An
  *         @fd opened with O_DIRECT gets the alignment checks even without
  *         FOLIO_ENGINE_DIRECT (fcntl(F_GETFL) tells).
  *
@@ -853,7 +857,16 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  * none before the first request), take them in submission order, do the
  * I/O (and a durable write's fdatasync()) and complete them, so a
  * request completes on an engine thread (or in a waiting thread's
- * wait()), possibly before submit() returned; a request with nothing to
+ * wait()), possibly before submit() returned. On a descriptor opened with
+ * O_DIRECT a worker that finds several requests queued takes up to 64 of
+ * them and transfers them as one batch of kernel AIO (io_submit(), then
+ * io_getevents(); what the kernel refuses or does short is finished with
+ * preadv()/pwritev(), so results are as above), and completes them once
+ * the whole batch is over: the device gets them together, as from the
+ * kernel's own writeback. FOLIO_POSIX_NO_AIO keeps to one system call per
+ * request; where the kernel has no AIO for the engine (ENOSYS, the
+ * aio-max-nr limit, a seccomp filter) that is what happens anyway. A
+ * request with nothing to
  * transfer completes inside submit() (a durable one after its
  * fdatasync()). submit() then also fails with
  * -ESHUTDOWN while the engine is

@@ -222,6 +222,10 @@ struct tfile {
  * cmocka 1.1.5 reports it in TAP as "not ok N # SKIP", which meson 1.0
  * counts as a failure. */
 bool tfile_open(struct tfile *f, void **state);
+/* tfile_open() and an O_DIRECT descriptor of the file: the descriptor,
+ * or -1 with nothing left open when the test cannot run (no directory,
+ * or a file system without O_DIRECT: the test is skipped). */
+int tfile_open_direct(struct tfile *f, void **state);
 void tfile_close(struct tfile *f);
 
 /* A file-size limit (RLIMIT_FSIZE) of `bytes`, the easy way to force a

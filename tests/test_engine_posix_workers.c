@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
@@ -637,6 +638,9 @@ static void test_mapping_over_workers(void **state)
  * Several threads on one engine with 3 workers, each on its own slots:
  * batches of writes (some durable) and reads of what it wrote, with
  * flushes, and one thread truncating beyond everybody's slots meanwhile.
+ * Once on a buffered descriptor, once on an O_DIRECT one, where the
+ * workers send what they find queued together as kernel AIO batches
+ * (whole sectors, one segment each, there).
  */
 #define TH_THREADS 6
 #define TH_SLOTS 16
@@ -647,6 +651,7 @@ struct th_arg {
 	int id;
 	unsigned rounds;
 	uint64_t seed;
+	bool direct;
 	int errors;
 };
 
@@ -655,16 +660,21 @@ static void *th_main(void *p)
 	struct th_arg *a = p;
 	uint64_t seed = a->seed;
 	struct tio t[TH_SLOTS];
-	char *buf = xmalloc(TH_SLOTS * TH_SLOT), *chk = xmalloc(TH_SLOTS * TH_SLOT);
+	char *buf = xaligned(TH_SLOTS * TH_SLOT);
+	char *chk = xaligned(TH_SLOTS * TH_SLOT);
 	for (unsigned round = 0; round < a->rounds; round++) {
 		size_t len[TH_SLOTS];
 		for (int k = 0; k < TH_SLOTS; k++) {
 			uint64_t pos = ((uint64_t)k * TH_THREADS +
 					(uint64_t)a->id) * TH_SLOT;
 			len[k] = 1 + test_rand_below(&seed, TH_SLOT);
+			if (a->direct)
+				len[k] = (len[k] + 511) & ~(size_t)511;
 			fill(buf + k * TH_SLOT, len[k], test_rand(&seed));
+			uint64_t cuts = test_rand(&seed);
 			tio_prep(&t[k], FOLIO_IO_WRITE, pos, buf + k * TH_SLOT,
-				 len[k], 1 + k % 3, test_rand(&seed));
+				 len[k], a->direct ? 1 : 1 + k % 3,
+				 a->direct ? 0 : cuts);
 			if (test_rand(&seed) & 1)
 				t[k].rq.io.flags = FOLIO_IO_DURABLE;
 			if (eng_submit(a->e, &t[k]))
@@ -679,7 +689,7 @@ static void *th_main(void *p)
 			uint64_t pos = ((uint64_t)k * TH_THREADS +
 					(uint64_t)a->id) * TH_SLOT;
 			tio_prep(&t[k], FOLIO_IO_READ, pos, chk + k * TH_SLOT,
-				 len[k], 2, 0);
+				 len[k], a->direct ? 1 : 2, 0);
 			if (eng_submit(a->e, &t[k]))
 				a->errors++;
 		}
@@ -711,21 +721,32 @@ static void test_threads(void **state)
 	struct tfile f;
 	if (!tfile_open(&f, NULL))
 		return;
-	struct folio_engine *e = workers_new(f.fd, 3);
 	uint64_t seed = test_seed("posixw_threads");
 	unsigned rounds = test_iters(40, 4);
-	pthread_t th[TH_THREADS];
-	struct th_arg a[TH_THREADS];
-	for (int i = 0; i < TH_THREADS; i++) {
-		a[i] = (struct th_arg){e, i, rounds, seed + (uint64_t)i, 0};
-		assert_int_equal(pthread_create(&th[i], NULL, th_main, &a[i]),
-				 0);
+	for (int direct = 0; direct < 2; direct++) {
+		int fd = direct ? open(f.path, O_RDWR | O_DIRECT) : f.fd;
+		if (fd < 0) {
+			printf("# O_DIRECT not supported in %s\n", f.w->dir);
+			break;
+		}
+		struct folio_engine *e = workers_new(fd, 3);
+		pthread_t th[TH_THREADS];
+		struct th_arg a[TH_THREADS];
+		for (int i = 0; i < TH_THREADS; i++) {
+			a[i] = (struct th_arg){e, i, rounds,
+					       seed + (uint64_t)i, direct, 0};
+			assert_int_equal(pthread_create(&th[i], NULL, th_main,
+							&a[i]),
+					 0);
+		}
+		for (int i = 0; i < TH_THREADS; i++) {
+			pthread_join(th[i], NULL);
+			assert_int_equal(a[i].errors, 0);
+		}
+		assert_int_equal(folio_engine_free(e), 0);
+		if (direct)
+			close(fd);
 	}
-	for (int i = 0; i < TH_THREADS; i++) {
-		pthread_join(th[i], NULL);
-		assert_int_equal(a[i].errors, 0);
-	}
-	assert_int_equal(folio_engine_free(e), 0);
 	tfile_close(&f);
 }
 

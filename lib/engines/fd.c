@@ -71,10 +71,15 @@ bool engine_fd_transferred(struct folio_io *io, bool direct, size_t *done,
 
 ssize_t engine_fd_rw(int fd, bool direct, struct folio_io *io)
 {
+	return engine_fd_rw_from(fd, direct, io, 0);
+}
+
+ssize_t engine_fd_rw_from(int fd, bool direct, struct folio_io *io,
+			  size_t done)
+{
 	struct iovec window[FD_IOV_WINDOW];
 	bool rd = io->op == FOLIO_IO_READ;
-	size_t done = 0;
-	ssize_t result = 0;
+	ssize_t result = (ssize_t)done;
 	while (done < io->len) {
 		const struct iovec *v = io->iov;
 		int n = engine_fd_iov_cut(io->iovcnt);

@@ -50,6 +50,11 @@ bool engine_fd_transferred(struct folio_io *io, bool direct, size_t *done,
  * Returns the bytes done (possibly short for a write) or -errno. */
 ssize_t engine_fd_rw(int fd, bool direct, struct folio_io *io);
 
+/* The same for the rest of @io once its first @done bytes (< io->len)
+ * were transferred some other way. */
+ssize_t engine_fd_rw_from(int fd, bool direct, struct folio_io *io,
+			  size_t done);
+
 /* Take the requests direct I/O cannot: returns 0 when @io is for f->fd
  * (anything when not direct, else aligned requests), 1 when @io was a
  * direct write that ends mid-sector and has been written and completed

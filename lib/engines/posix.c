@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "base/spinlock.h"
+#include "engines/aio.h"
 #include "engines/fd.h"
 #include "engines/workq.h"
 
@@ -139,15 +140,13 @@ static void written(struct posix_engine *p, uint64_t start, uint64_t end)
 
 static int posix_barrier(struct posix_engine *p);
 
-/* Transfer @io (checked, not a direct tail) and complete it: inside
- * submit() inline, on a worker otherwise. */
-static void posix_run(void *arg, struct folio_io *io)
+/* @io was transferred with result @res: complete it. */
+static void posix_finish(struct posix_engine *p, struct folio_io *io,
+			 ssize_t res)
 {
-	struct posix_engine *p = arg;
 	/* Read before completing: the completion may free io. */
 	bool rd = io->op == FOLIO_IO_READ;
 	uint64_t pos = io->dev_pos, len = io->len;
-	ssize_t res = engine_fd_rw(p->f.fd, p->f.direct, io);
 	/* Before the completion: a write must be on record before anyone
 	 * can learn it is done and flush for it, and whoever looks at the
 	 * page cache after a read sees it dropped. A failed transfer may
@@ -166,6 +165,69 @@ static void posix_run(void *arg, struct folio_io *io)
 	if (engine_io_durable(io) && res == (ssize_t)len)
 		barrier = posix_barrier(p);
 	engine_complete(io, res, barrier);
+}
+
+/* Transfer @io (checked, not a direct tail) and complete it: inside
+ * submit() inline, on a worker or in a helping wait() otherwise. */
+static void posix_run(void *arg, struct folio_io *io)
+{
+	struct posix_engine *p = arg;
+	posix_finish(p, io, engine_fd_rw(p->f.fd, p->f.direct, io));
+}
+
+/*
+ * Kernel AIO, per worker thread (a worker serves one engine for its
+ * life): set up at its first batch, torn down as it ends. A thread the
+ * kernel gives no context (no AIO, aio-max-nr reached, a seccomp filter)
+ * transfers its batches one request at a time.
+ */
+static _Thread_local struct engine_aio posix_aio;
+static _Thread_local bool posix_aio_refused;
+
+static void posix_worker_exit(void *arg)
+{
+	(void)arg;
+	engine_aio_destroy(&posix_aio);
+	posix_aio_refused = false;
+}
+
+/*
+ * Requests a worker found queued together, on an O_DIRECT descriptor:
+ * their transfers go to the kernel in one io_submit(), so the device
+ * gets them at once and the worker sleeps once for all of them (one
+ * pwritev() each was a system call, a device notification and a sleep
+ * per request, and 16 workers kept only 16 in flight: a sync of 10^4
+ * scattered blocks ran at 0.65-0.74x the kernel's). A durable write is
+ * transferred alone (its barrier follows in posix_finish()). Every
+ * transfer is over before the first completion runs, which the queue's
+ * drains rely on (workq.c).
+ */
+static void posix_run_batch(void *arg, struct folio_io **ios, int n)
+{
+	struct posix_engine *p = arg;
+	ssize_t res[WORKQ_BATCH_MAX];
+	struct folio_io *aio[WORKQ_BATCH_MAX];
+	int at[WORKQ_BATCH_MAX], m = 0;
+	if (!posix_aio.ctx && !posix_aio_refused &&
+	    engine_aio_setup(&posix_aio))
+		posix_aio_refused = true;
+	for (int i = 0; i < n; i++) {
+		if (posix_aio.ctx && !engine_io_durable(ios[i])) {
+			aio[m] = ios[i];
+			at[m++] = i;
+		} else {
+			res[i] = engine_fd_rw(p->f.fd, p->f.direct, ios[i]);
+		}
+	}
+	if (m) {
+		ssize_t r[WORKQ_BATCH_MAX];
+		engine_aio_transfer(&posix_aio, p->f.fd, p->f.direct, aio, m,
+				    r);
+		for (int j = 0; j < m; j++)
+			res[at[j]] = r[j];
+	}
+	for (int i = 0; i < n; i++)
+		posix_finish(p, ios[i], res[i]);
 }
 
 static int posix_submit(void *arg, struct folio_io *io)
@@ -283,7 +345,9 @@ static const struct folio_engine_ops posix_ops = {
  * up, so a reader with two windows in flight has two.
  */
 #define POSIX_DEFAULT_WORKERS 16
-#define POSIX_FLAGS (FOLIO_ENGINE_DIRECT | FOLIO_POSIX_KEEP_PAGE_CACHE)
+#define POSIX_FLAGS                                                        \
+	(FOLIO_ENGINE_DIRECT | FOLIO_POSIX_KEEP_PAGE_CACHE |               \
+	 FOLIO_POSIX_NO_AIO)
 
 int folio_engine_posix_opts(struct folio_engine **out, int fd,
 			    const struct folio_posix_opts *opts)
@@ -333,6 +397,15 @@ int folio_engine_posix_opts(struct folio_engine **out, int fd,
 		engine_fd_close(&p->f);
 		free(p);
 		return -ENOMEM;
+	}
+	/* Batches through kernel AIO only where the kernel queues them:
+	 * on a buffered descriptor io_submit() would do each transfer
+	 * before it returns. */
+	if (p->threaded && fl >= 0 && (fl & O_DIRECT) &&
+	    !(o.flags & FOLIO_POSIX_NO_AIO)) {
+		p->q.run_batch = posix_run_batch;
+		p->q.batch_max = MIN(WORKQ_BATCH_MAX, ENGINE_AIO_BATCH);
+		p->q.worker_exit = posix_worker_exit;
 	}
 	ret = engine_create(out, &posix_ops, p, ENGINE_POSIX);
 	if (ret)

@@ -86,6 +86,44 @@ static void workq_run_head_locked(struct engine_workq *q,
 		pthread_cond_broadcast(&q->done_cv);
 }
 
+/*
+ * Take up to q->batch_max queued requests, oldest first, for one
+ * run_batch() call. While it runs, the worker's slot stands for all of
+ * them: the oldest's seq (drains that wait for older requests), a write
+ * if any is one, and the submitter when they all have the same one (else
+ * WORKQ_TID_MANY, which every thread's flush waits for: it may hold one
+ * of its writes). A batch's completions run only once all its transfers
+ * are over (posix.c), so a drain from one of them, which skips the
+ * worker's own slot, skips nothing still in flight.
+ */
+static void workq_run_batch_locked(struct engine_workq *q,
+				   struct workq_worker *w)
+{
+	struct folio_io *ios[WORKQ_BATCH_MAX];
+	int n = (int)MIN(q->len, (size_t)q->batch_max);
+	struct workq_slot mark = q->ring[q->head];
+	for (int i = 0; i < n; i++) {
+		const struct workq_slot *s = &q->ring[(q->head + i) % q->cap];
+		ios[i] = s->io;
+		mark.write |= s->write;
+		if (s->tid != mark.tid)
+			mark.tid = WORKQ_TID_MANY;
+	}
+	mark.io = NULL;
+	q->head = (q->head + (size_t)n) % q->cap;
+	q->len -= (size_t)n;
+	w->running = mark;
+	/* More left than this batch took: an idle worker takes the next. */
+	if (q->len && q->idle > 0)
+		pthread_cond_signal(&q->work_cv);
+	pthread_mutex_unlock(&q->lock);
+	q->run_batch(q->arg, ios, n);
+	pthread_mutex_lock(&q->lock);
+	w->running.seq = 0;
+	if (q->waiters)
+		pthread_cond_broadcast(&q->done_cv);
+}
+
 static void *workq_main(void *arg)
 {
 	struct workq_worker *w = arg;
@@ -100,9 +138,14 @@ static void *workq_main(void *arg)
 		}
 		if (!q->len)
 			break;
-		workq_run_head_locked(q, &w->running);
+		if (q->run_batch && q->len > 1)
+			workq_run_batch_locked(q, w);
+		else
+			workq_run_head_locked(q, &w->running);
 	}
 	pthread_mutex_unlock(&q->lock);
+	if (q->worker_exit)
+		q->worker_exit(q->arg);
 	return NULL;
 }
 
@@ -234,7 +277,8 @@ static uint64_t workq_oldest_locked(const struct engine_workq *q,
 
 static bool slot_own_write(const struct workq_slot *s, unsigned tid)
 {
-	return s->seq && s->write && s->tid == tid;
+	return s->seq && s->write &&
+	       (s->tid == tid || s->tid == WORKQ_TID_MANY);
 }
 
 /* Is a write of thread @tid queued or running (except by @self)? */

@@ -12,11 +12,22 @@
 /* Runs @io to its completion (folio_io_complete()) on a worker thread. */
 typedef void (*engine_workq_fn)(void *arg, struct folio_io *io);
 
+/* Runs @n requests a worker took from the queue together, all of them to
+ * their completions, and returns once the last completion returned. */
+typedef void (*engine_workq_batch_fn)(void *arg, struct folio_io **ios,
+				      int n);
+
+/* Most requests one batch takes. */
+#define WORKQ_BATCH_MAX 64
+
+/* A slot's tid when it stands for a batch of several threads' requests. */
+#define WORKQ_TID_MANY 0u
+
 struct workq_slot {
-	struct folio_io *io;
-	uint64_t seq; /* acceptance order, from 1 */
-	unsigned tid; /* the submitting thread (workq.c) */
-	bool write;
+	struct folio_io *io; /* NULL for a batch */
+	uint64_t seq;        /* acceptance order, from 1; a batch's oldest */
+	unsigned tid;        /* the submitting thread (workq.c) */
+	bool write;          /* a write, or a batch holding one */
 };
 
 struct workq_worker {
@@ -48,6 +59,13 @@ struct engine_workq {
 	bool stop;
 	engine_workq_fn run;
 	void *arg;
+	/* Optional (set before the first request): a worker that finds
+	 * several requests queued takes up to batch_max (<=
+	 * WORKQ_BATCH_MAX) of them at once and gives them to run_batch,
+	 * and each worker calls worker_exit before it ends. */
+	engine_workq_batch_fn run_batch;
+	int batch_max;
+	void (*worker_exit)(void *arg);
 };
 
 /* Up to @max workers (>= 1), started as the queue needs them. 0 or
