@@ -942,12 +942,82 @@ static void direct_roundtrip(const char *dir, bool uring)
 	close(fd);
 }
 
+/*
+ * Syncs of thousands of scattered blocks of an O_DIRECT file, where the
+ * engines keep many requests in flight: the posix engine's workers send
+ * them as kernel AIO batches, the io_uring engine reaps inside submit()
+ * once its ring is full. Between syncs some blocks are written again and
+ * some only partly, and after each the file must equal the model.
+ */
+static void scattered_syncs(const char *dir, bool uring)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "%s/folio-scatter-XXXXXX", dir);
+	int tmp = mkstemp(path);
+	if (tmp < 0)
+		return;
+	enum { SIZE = 16 * 1024 * 1024, BLK = 4096 };
+	assert_int_equal(ftruncate(tmp, SIZE), 0);
+	int fd = open(path, O_RDWR | O_DIRECT);
+	unlink(path);
+	if (fd < 0) {
+		printf("# skipping O_DIRECT in %s: %s\n", dir, strerror(errno));
+		close(tmp);
+		return;
+	}
+	struct folio_engine *e;
+	int r = uring ? folio_engine_uring(&e, fd, 32, 0)
+		      : folio_engine_posix(&e, fd, 0);
+	if (r) {
+		printf("# skipping the uring engine: %s\n", strerror(-r));
+		close(fd);
+		close(tmp);
+		return;
+	}
+	struct folio_mapping *m;
+	struct folio_mapping_opts o = opts_for(e, 256 * KIB, 0);
+	o.size = SIZE;
+	assert_int_equal(folio_mapping_new(&m, &o), 0);
+	unsigned char *model = calloc(1, SIZE), *got = malloc(SIZE);
+	assert_non_null(model);
+	assert_non_null(got);
+	uint64_t rng = test_seed(uring ? "scatter_uring" : "scatter_posix");
+	unsigned syncs = test_iters(4, 2), per = test_iters(2000, 300);
+	for (unsigned s = 0; s < syncs; s++) {
+		for (unsigned i = 0; i < per; i++) {
+			uint64_t pos = test_rand_below(&rng, SIZE / BLK) * BLK;
+			size_t len = BLK;
+			if (test_rand(&rng) % 4 == 0) {
+				/* Part of a block: the rest is read first. */
+				pos += test_rand_below(&rng, BLK / 2);
+				len = 1 + test_rand_below(&rng, BLK / 2);
+			}
+			unsigned char b[BLK];
+			memset(b, (int)(s * 31 + i), len);
+			assert_int_equal(folio_mapping_write(m, b, len, pos),
+					 (ssize_t)len);
+			memcpy(model + pos, b, len);
+		}
+		assert_int_equal(folio_mapping_sync(m, NULL), 0);
+		assert_int_equal(pread(tmp, got, SIZE, 0), SIZE);
+		assert_memory_equal(got, model, SIZE);
+	}
+	assert_int_equal(folio_mapping_free(m), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	free(model);
+	free(got);
+	close(fd);
+	close(tmp);
+}
+
 static void test_direct_files(void **state)
 {
 	(void)state;
 	direct_roundtrip("/var/tmp", false);
 	direct_roundtrip("/dev/shm", false);
 	direct_roundtrip("/var/tmp", true);
+	scattered_syncs("/var/tmp", false);
+	scattered_syncs("/var/tmp", true);
 }
 
 static void test_files(void **state)
