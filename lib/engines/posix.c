@@ -3,7 +3,8 @@
  * The posix engine: positioned vectored I/O on a file descriptor, done by
  * a few engine threads (workq.c) or inside submit() (FOLIO_POSIX_INLINE).
  * Positioned calls share no file offset, so any number of threads may do
- * them at once without a lock.
+ * them at once without a lock. On an O_DIRECT descriptor a worker sends
+ * the requests it finds queued together as one kernel AIO batch (aio.c).
  *
  * One copy in RAM. The library caches what it reads and writes, so the
  * kernel's copy of the same pages in its page cache is memory spent twice.
