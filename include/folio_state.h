@@ -858,17 +858,17 @@ FOLIO_EXPORT void *folio_engine_ctx(const struct folio_engine *e);
  * I/O (and a durable write's fdatasync()) and complete them, so a
  * request completes on an engine thread (or in a waiting thread's
  * wait()), possibly before submit() returned. On a descriptor opened with
- * O_DIRECT a worker that finds several requests queued takes up to 64 of
- * them and transfers them as one batch of kernel AIO (io_submit(), then
- * io_getevents(); what the kernel refuses or does short is finished with
- * preadv()/pwritev(), so results are as above), and completes them once
- * the whole batch is over: the device gets them together, as from the
- * kernel's own writeback. FOLIO_POSIX_NO_AIO keeps to one system call per
- * request; where the kernel has no AIO for the engine (ENOSYS, the
- * aio-max-nr limit, a seccomp filter) that is what happens anyway. A
- * request with nothing to
- * transfer completes inside submit() (a durable one after its
- * fdatasync()). submit() then also fails with
+ * O_DIRECT a worker that finds several writes queued (not durable ones)
+ * takes up to 64 of them and transfers them as one batch of kernel AIO
+ * (io_submit(), then io_getevents(); what the kernel refuses or does
+ * short is finished with pwritev(), so results are as above), and
+ * completes them once the whole batch is over: the device gets them
+ * together, as from the kernel's own writeback. Reads go one at a time,
+ * each completing as soon as it is done. FOLIO_POSIX_NO_AIO keeps to one
+ * system call per request; where the kernel has no AIO for the engine
+ * (ENOSYS, the aio-max-nr limit, a seccomp filter) that is what happens
+ * anyway. A request with nothing to transfer completes inside submit()
+ * (a durable one after its fdatasync()). submit() then also fails with
  * -ESHUTDOWN while the engine is
  * being freed, and -ENOMEM when the queue cannot grow. Where no thread
  * can be started at all, requests run inside submit() as inline.

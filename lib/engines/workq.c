@@ -86,9 +86,19 @@ static void workq_run_head_locked(struct engine_workq *q,
 		pthread_cond_broadcast(&q->done_cv);
 }
 
+/* How many of the oldest queued requests (up to q->batch_max) one batch
+ * may take: those q->batchable() takes, up to the first it does not. */
+static int workq_batch_len_locked(const struct engine_workq *q)
+{
+	int n = 0;
+	while ((size_t)n < q->len && n < q->batch_max &&
+	       q->batchable(q->ring[(q->head + (size_t)n) % q->cap].io))
+		n++;
+	return n;
+}
+
 /*
- * Take up to q->batch_max queued requests, oldest first, for one
- * run_batch() call. While it runs, the worker's slot stands for all of
+ * Take the n oldest queued requests for one run_batch() call. While it runs, the worker's slot stands for all of
  * them: the oldest's seq (drains that wait for older requests), a write
  * if any is one, and the submitter when they all have the same one (else
  * WORKQ_TID_MANY, which every thread's flush waits for: it may hold one
@@ -97,10 +107,9 @@ static void workq_run_head_locked(struct engine_workq *q,
  * worker's own slot, skips nothing still in flight.
  */
 static void workq_run_batch_locked(struct engine_workq *q,
-				   struct workq_worker *w)
+				   struct workq_worker *w, int n)
 {
 	struct folio_io *ios[WORKQ_BATCH_MAX];
-	int n = (int)MIN(q->len, (size_t)q->batch_max);
 	struct workq_slot mark = q->ring[q->head];
 	for (int i = 0; i < n; i++) {
 		const struct workq_slot *s = &q->ring[(q->head + i) % q->cap];
@@ -138,8 +147,10 @@ static void *workq_main(void *arg)
 		}
 		if (!q->len)
 			break;
-		if (q->run_batch && q->len > 1)
-			workq_run_batch_locked(q, w);
+		int n = q->run_batch && q->len > 1
+				? workq_batch_len_locked(q) : 0;
+		if (n > 1)
+			workq_run_batch_locked(q, w, n);
 		else
 			workq_run_head_locked(q, &w->running);
 	}

@@ -60,10 +60,12 @@ struct engine_workq {
 	engine_workq_fn run;
 	void *arg;
 	/* Optional (set before the first request): a worker that finds
-	 * several requests queued takes up to batch_max (<=
-	 * WORKQ_BATCH_MAX) of them at once and gives them to run_batch,
-	 * and each worker calls worker_exit before it ends. */
+	 * several requests queued that batchable() takes, oldest first,
+	 * takes up to batch_max (<= WORKQ_BATCH_MAX) of them at once and
+	 * gives them to run_batch, and each worker calls worker_exit before
+	 * it ends. */
 	engine_workq_batch_fn run_batch;
+	bool (*batchable)(const struct folio_io *io);
 	int batch_max;
 	void (*worker_exit)(void *arg);
 };
