@@ -11,7 +11,8 @@
 # (a command run before each benchmark, e.g. one that waits until the
 # machine is idle; default none).
 # Takes about 2 * 6 * 2 * RUNTIME s for randwrite-sync plus ~60 s, plus
-# about 3 minutes for seqread and randread (1 GiB, cold 4 KiB O_DIRECT).
+# about 3 minutes for seqread and randread (1 GiB, cold 4 KiB O_DIRECT),
+# and about 40 s for sync-scatter.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -69,4 +70,7 @@ run pool-sweep.json pool --mode sweep --size 256M \
 # (f) 4 KiB random reads hot and cold, of a 1 GiB file on --dir.
 run seqread.json seqread --size 1G --dir "$dir"
 run randread.json randread --size 1G --runtime "$runtime" --dir "$dir"
+# (g) one sync of 10^4 scattered 4 KiB blocks of a 1 GiB file, per engine,
+# with a plain io_uring loop as the device's reference.
+run sync-scatter.json sync-scatter --rounds 5 --dir "$dir"
 echo "JSON in $out" >&2

@@ -6,8 +6,8 @@
 # DATADIR defaults to doc/plots/data, OUTDIR to doc/plots. Needs python3
 # (to flatten the JSON into columns) and gnuplot with the pngcairo
 # terminal. Writes randwrite-wa.png, randwrite-mbs.png, fstime.png,
-# seqwrite.png, pool-hit-ratio.png, seqread.png, randread-hot.png and
-# randread-cold.png.
+# seqwrite.png, pool-hit-ratio.png, seqread.png, randread-hot.png,
+# randread-cold.png and sync-scatter.png.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
@@ -166,7 +166,24 @@ if os.path.exists(qpath):
     randread_title = "4 KiB random reads of a %d MiB file (seed %d)" % (
         w["params"]["size"] >> 20, w["params"]["seed"])
 
+# (g) sync-scatter: the sync's time per variant and its ratio to the
+# kernel's (> 1: faster).
+scatter_title = ""
+spath = os.path.join(data, "sync-scatter.json")
+with open(os.path.join(tmp, "sync-scatter.dat"), "w") as f:
+    f.write("# variant sync_ms ratio_to_kernel\n")
+    if os.path.exists(spath):
+        w = load(spath)
+        base = [v["sync_ms"] for v in w["variants"]
+                if v["variant"].startswith("kernel")][0]
+        for v in w["variants"]:
+            f.write('"%s" %g %g\n' % (v["variant"], v["sync_ms"],
+                                       base / v["sync_ms"]))
+        scatter_title = "%d scattered 4 KiB blocks, median of %d rounds" % (
+            w["params"]["blocks"], w["params"]["rounds"])
+
 with open(os.path.join(tmp, "vars.gp"), "w") as f:
+    f.write('scatter_title = "%s"\n' % scatter_title)
     f.write('seqread_title = "%s"\n' % seqread_title)
     f.write('randread_title = "%s"\n' % randread_title)
     f.write('model_label = "%s"\n' % model_label)

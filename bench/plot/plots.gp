@@ -146,3 +146,16 @@ set ylabel 'thousand reads/s'
 plot tmp.'/randread-cold.dat' using ($2/1e3):xtic(1) lc rgb '#2ca02c', \
      '' using 0:($2/1e3):(sprintf("%.1f k/s\n%.2f B read / B asked", $2/1e3, $3)) \
        with labels offset 0,1.5 notitle
+
+# (g) one sync of scattered blocks: ms per variant, with its ratio to the
+# kernel's sync
+set output out.'/sync-scatter.png'
+set title "One sync of ".scatter_title
+set boxwidth 0.6
+set ylabel 'ms per sync (lower is faster)'
+set key off
+set yrange [0:*]
+set xtics rotate by -15
+plot tmp.'/sync-scatter.dat' using 2:xtic(1) lc rgb '#9467bd', \
+     '' using 0:2:(sprintf('%.0f ms, %.2fx', $2, $3)) \
+       with labels offset 0,1 notitle
