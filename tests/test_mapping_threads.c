@@ -496,7 +496,7 @@ static void test_reads_during_truncate(void **state)
 	atomic_store(&t.stop, true);
 	for (int i = 0; i < TR_READERS; i++)
 		pthread_join(r[i], NULL);
-	print_message("%u reads, %u of them cut short by EOF\n",
+	print_message("# %u reads, %u of them cut short by EOF\n",
 		      atomic_load(&t.reads), atomic_load(&t.cut_reads));
 	assert_int_equal(atomic_load(&t.bad), 0);
 	assert_true(atomic_load(&t.reads) > 0);
