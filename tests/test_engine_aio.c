@@ -285,7 +285,8 @@ static struct folio_engine *posix_on(int fd, unsigned flags, int workers)
  * takes the plain writes between the durable ones as batches, through
  * AIO on an O_DIRECT descriptor (engine_aio_batches grows), and one call
  * per request with FOLIO_POSIX_NO_AIO or on a buffered descriptor (it
- * does not). Reads of them, queued the same way, are never batched.
+ * does not, nor where the kernel refuses the worker an AIO context).
+ * Reads of them, queued the same way, are never batched.
  * Every request completes in full on the worker and the file holds what
  * was written.
  */
@@ -363,6 +364,11 @@ static void test_posix_batches(void **state)
 		return;
 	run_queued(fd, 0, true, f.fd);
 	run_queued(fd, FOLIO_POSIX_NO_AIO, false, f.fd);
+	/* A kernel that gives the worker no AIO context: its batches go
+	 * one call per request, with the same results. */
+	atomic_store(&engine_aio_refuse, true);
+	run_queued(fd, 0, false, f.fd);
+	atomic_store(&engine_aio_refuse, false);
 	/* Buffered, with the alignment checks asked for: AIO would do each
 	 * transfer inside io_submit(), so the engine does not use it. */
 	run_queued(f.fd, FOLIO_ENGINE_DIRECT, false, f.fd);

@@ -20,9 +20,12 @@
 #include "engines/fd.h"
 
 atomic_ulong engine_aio_batches;
+atomic_bool engine_aio_refuse;
 
 int engine_aio_setup(struct engine_aio *a)
 {
+	if (atomic_load_explicit(&engine_aio_refuse, memory_order_relaxed))
+		return -EAGAIN;
 	aio_context_t ctx = 0;
 	if (syscall(SYS_io_setup, ENGINE_AIO_BATCH, &ctx))
 		return -errno;

@@ -20,6 +20,10 @@
  * request each), process-wide: how the tests tell that a path used AIO. */
 extern atomic_ulong engine_aio_batches;
 
+/* Tests set it to make engine_aio_setup() fail with -EAGAIN, as a
+ * kernel past its aio-max-nr does. */
+extern atomic_bool engine_aio_refuse;
+
 struct engine_aio {
 	unsigned long ctx; /* the kernel's aio_context_t; 0 when none */
 };
