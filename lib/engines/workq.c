@@ -69,6 +69,15 @@ fail_lock:
 	return -ENOMEM;
 }
 
+/* What @mark stood for has completed (lock held): clear it and tell the
+ * waiters. */
+static void workq_done_locked(struct engine_workq *q, struct workq_slot *mark)
+{
+	mark->seq = 0;
+	if (q->waiters)
+		pthread_cond_broadcast(&q->done_cv);
+}
+
 /* Take the oldest queued request, noting it in @mark while it runs (with
  * the lock dropped), and tell the waiters once its completion returned. */
 static void workq_run_head_locked(struct engine_workq *q,
@@ -81,9 +90,7 @@ static void workq_run_head_locked(struct engine_workq *q,
 	pthread_mutex_unlock(&q->lock);
 	q->run(q->arg, s.io);
 	pthread_mutex_lock(&q->lock);
-	mark->seq = 0;
-	if (q->waiters)
-		pthread_cond_broadcast(&q->done_cv);
+	workq_done_locked(q, mark);
 }
 
 /* How many of the oldest queued requests (up to q->batch_max) one batch
@@ -98,13 +105,14 @@ static int workq_batch_len_locked(const struct engine_workq *q)
 }
 
 /*
- * Take the n oldest queued requests for one run_batch() call. While it runs, the worker's slot stands for all of
- * them: the oldest's seq (drains that wait for older requests), a write
- * if any is one, and the submitter when they all have the same one (else
- * WORKQ_TID_MANY, which every thread's flush waits for: it may hold one
- * of its writes). A batch's completions run only once all its transfers
- * are over (posix.c), so a drain from one of them, which skips the
- * worker's own slot, skips nothing still in flight.
+ * Take the n oldest queued requests for one run_batch() call. While it
+ * runs, the worker's slot stands for all of them: the oldest's seq
+ * (drains that wait for older requests), a write if any is one, and the
+ * submitter when they all have the same one (else WORKQ_TID_MANY, which
+ * every thread's flush waits for: it may hold one of its writes). A
+ * batch's completions run only once all its transfers are over
+ * (posix.c), so a drain from one of them, which skips the worker's own
+ * slot, skips nothing still in flight.
  */
 static void workq_run_batch_locked(struct engine_workq *q,
 				   struct workq_worker *w, int n)
@@ -128,9 +136,7 @@ static void workq_run_batch_locked(struct engine_workq *q,
 	pthread_mutex_unlock(&q->lock);
 	q->run_batch(q->arg, ios, n);
 	pthread_mutex_lock(&q->lock);
-	w->running.seq = 0;
-	if (q->waiters)
-		pthread_cond_broadcast(&q->done_cv);
+	workq_done_locked(q, &w->running);
 }
 
 static void *workq_main(void *arg)
