@@ -883,30 +883,51 @@ static void file_roundtrip(const char *dir, bool uring)
 	free(got);
 }
 
+/*
+ * A new, unlinked file in @dir of @size bytes, opened with O_DIRECT (*fd)
+ * and buffered (*plain, to check what the file holds), and an engine on
+ * *fd: io_uring of @depth, or posix with @posix_flags. False, with
+ * nothing left open, where the directory, O_DIRECT or the engine is
+ * missing (the caller skips).
+ */
+static bool direct_file_engine(const char *dir, uint64_t size, bool uring,
+			       unsigned depth, unsigned posix_flags, int *fd,
+			       int *plain, struct folio_engine **e)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "%s/folio-direct-XXXXXX", dir);
+	*plain = mkstemp(path);
+	if (*plain < 0)
+		return false;
+	assert_int_equal(ftruncate(*plain, (off_t)size), 0);
+	*fd = open(path, O_RDWR | O_DIRECT);
+	unlink(path);
+	if (*fd < 0) {
+		printf("# skipping O_DIRECT in %s: %s\n", dir, strerror(errno));
+		close(*plain);
+		return false;
+	}
+	int r = uring ? folio_engine_uring(e, *fd, depth, 0)
+		      : folio_engine_posix(e, *fd, posix_flags);
+	if (r) {
+		printf("# skipping the %s engine: %s\n",
+		       uring ? "uring" : "posix", strerror(-r));
+		close(*fd);
+		close(*plain);
+		return false;
+	}
+	return true;
+}
+
 /* An O_DIRECT file whose size is not a multiple of a sector: the last
  * run of each sync ends mid-sector and must still reach the file. */
 static void direct_roundtrip(const char *dir, bool uring)
 {
-	char path[256];
-	snprintf(path, sizeof(path), "%s/folio-direct-XXXXXX", dir);
-	int tmp = mkstemp(path);
-	if (tmp < 0)
-		return;
-	int fd = open(path, O_RDWR | O_DIRECT);
-	close(tmp);
-	unlink(path);
-	if (fd < 0) {
-		printf("# skipping O_DIRECT in %s: %s\n", dir, strerror(errno));
-		return;
-	}
+	int fd, plain;
 	struct folio_engine *e;
-	int r = uring ? folio_engine_uring(&e, fd, 16, 0)
-		      : folio_engine_posix(&e, fd, FOLIO_ENGINE_DIRECT);
-	if (r) {
-		printf("# skipping the uring engine: %s\n", strerror(-r));
-		close(fd);
+	if (!direct_file_engine(dir, 0, uring, 16, FOLIO_ENGINE_DIRECT, &fd,
+				&plain, &e))
 		return;
-	}
 	struct folio_mapping *m;
 	struct folio_mapping_opts o = opts_for(e, 64 * KIB, 0);
 	assert_int_equal(folio_mapping_new(&m, &o), 0);
@@ -930,16 +951,12 @@ static void direct_roundtrip(const char *dir, bool uring)
 	struct stat sb;
 	assert_int_equal(fstat(fd, &sb), 0);
 	assert_int_equal(sb.st_size, (off_t)size);
-	char fdpath[64];
-	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fd);
-	int rfd = open(fdpath, O_RDONLY);
-	assert_true(rfd >= 0);
-	assert_int_equal(pread(rfd, got, size, 0), (ssize_t)size);
+	assert_int_equal(pread(plain, got, size, 0), (ssize_t)size);
 	assert_memory_equal(got, model, size);
-	close(rfd);
 	assert_int_equal(folio_mapping_free(m), 0);
 	assert_int_equal(folio_engine_free(e), 0);
 	close(fd);
+	close(plain);
 }
 
 /*
@@ -951,29 +968,11 @@ static void direct_roundtrip(const char *dir, bool uring)
  */
 static void scattered_syncs(const char *dir, bool uring)
 {
-	char path[256];
-	snprintf(path, sizeof(path), "%s/folio-scatter-XXXXXX", dir);
-	int tmp = mkstemp(path);
-	if (tmp < 0)
-		return;
 	enum { SIZE = 16 * 1024 * 1024, BLK = 4096 };
-	assert_int_equal(ftruncate(tmp, SIZE), 0);
-	int fd = open(path, O_RDWR | O_DIRECT);
-	unlink(path);
-	if (fd < 0) {
-		printf("# skipping O_DIRECT in %s: %s\n", dir, strerror(errno));
-		close(tmp);
-		return;
-	}
+	int fd, tmp;
 	struct folio_engine *e;
-	int r = uring ? folio_engine_uring(&e, fd, 32, 0)
-		      : folio_engine_posix(&e, fd, 0);
-	if (r) {
-		printf("# skipping the uring engine: %s\n", strerror(-r));
-		close(fd);
-		close(tmp);
+	if (!direct_file_engine(dir, SIZE, uring, 32, 0, &fd, &tmp, &e))
 		return;
-	}
 	struct folio_mapping *m;
 	struct folio_mapping_opts o = opts_for(e, 256 * KIB, 0);
 	o.size = SIZE;
