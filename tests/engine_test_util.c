@@ -109,6 +109,15 @@ int tio_done(struct tio *t)
 	return atomic_load_explicit(&t->ncomplete, memory_order_acquire);
 }
 
+void tio_await(struct tio *t)
+{
+	for (int polls = 0; !tio_done(t); polls++) {
+		assert_true(polls < 1000000);
+		struct timespec ts = {0, 20000};
+		nanosleep(&ts, NULL);
+	}
+}
+
 unsigned tio_completion_rank(void)
 {
 	return atomic_load(&completion_rank);

@@ -66,6 +66,10 @@ void tio_prep_waited(struct tio *t, uint64_t pos, char *buf);
 void tio_free(struct tio *t);
 /* How many times the request has completed (0 or 1 unless a bug). */
 int tio_done(struct tio *t);
+/* Poll until the request has completed, without calling the engine
+ * (whose wait() may run queued requests in this thread): it must
+ * complete on an engine thread. Fails after about 20 s. */
+void tio_await(struct tio *t);
 /* The rank the next completion will get (see struct tio.order). */
 unsigned tio_completion_rank(void);
 

@@ -259,23 +259,24 @@ static void hold_worker(struct tio *t)
 	}
 }
 
-/* Poll until the n requests completed, failing after about 20 s. */
 static void await_all(struct tio *t, int n)
 {
 	for (int i = 0; i < n; i++)
-		for (int polls = 0; !tio_done(&t[i]); polls++) {
-			assert_true(polls < 200000);
-			struct timespec ts = {0, 100000};
-			nanosleep(&ts, NULL);
-		}
+		tio_await(&t[i]);
+}
+
+static int posix_try(struct folio_engine **out, int fd, unsigned flags,
+		     int workers)
+{
+	struct folio_posix_opts o = {.sz = sizeof(o), .flags = flags,
+				     .workers = workers};
+	return folio_engine_posix_opts(out, fd, &o);
 }
 
 static struct folio_engine *posix_on(int fd, unsigned flags, int workers)
 {
-	struct folio_posix_opts o = {.sz = sizeof(o), .flags = flags,
-				     .workers = workers};
 	struct folio_engine *e = NULL;
-	assert_int_equal(folio_engine_posix_opts(&e, fd, &o), 0);
+	assert_int_equal(posix_try(&e, fd, flags, workers), 0);
 	return e;
 }
 
@@ -399,9 +400,7 @@ static struct folio_engine *aio_engine_new(int fd, unsigned flags)
 
 static int aio_engine_try(struct folio_engine **out, int fd, unsigned flags)
 {
-	struct folio_posix_opts o = {.sz = sizeof(o), .flags = flags,
-				     .workers = 2};
-	return folio_engine_posix_opts(out, fd, &o);
+	return posix_try(out, fd, flags, 2);
 }
 
 static const struct file_engine aio_engine = {

@@ -69,17 +69,6 @@ static const struct file_engine posix_workers_engine = {
 
 /* ---- completions on workers ----------------------------------------- */
 
-/* Poll until t completed, without calling wait(): it must complete on
- * an engine thread. Fails after about 20 s. */
-static void await_done(struct tio *t)
-{
-	for (int polls = 0; !tio_done(t); polls++) {
-		assert_true(polls < 1000000);
-		struct timespec ts = {0, 20000};
-		nanosleep(&ts, NULL);
-	}
-}
-
 /*
  * The default: in direct mode submit() returns before the I/O and the
  * completion comes from an engine thread (or from a thread's wait(),
@@ -112,7 +101,7 @@ static void test_default_workers(void **state)
 		}
 		/* Waiting without wait(): all from engine threads. */
 		for (int i = 0; i < N; i++)
-			await_done(&t[i]);
+			tio_await(&t[i]);
 		for (int i = 0; i < N; i++)
 			assert_int_equal(atomic_load(&t[i].result), 4096);
 		assert_int_equal(atomic_load(&tio_on_main), direct ? 0 : N);
@@ -266,8 +255,8 @@ static void test_waited_hint(void **state)
 	tio_prep_waited(&t[2], 8192, buf[2]);
 	assert_int_equal(eng_submit(e, &t[1]), 0);
 	assert_int_equal(eng_submit(e, &t[2]), 0);
-	await_done(&t[1]);
-	await_done(&t[2]);
+	tio_await(&t[1]);
+	tio_await(&t[2]);
 	assert_int_equal(atomic_load(&tio_on_main), 0);
 	assert_true(threads_now() > before);
 
