@@ -19,10 +19,12 @@
 
 #include <cmocka.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "folio_state.h"
 #include "folio_state_mem.h"
 #include "test_util.h"
+#include "mapping/commit.h"
 
 #define KIB 1024u
 
@@ -322,20 +324,28 @@ struct gated {
 	unsigned release;  /* flushes allowed to finish */
 };
 
+/* Move @io's bytes between its buffers and @store (a write into it, a
+ * read out of it); returns where the transfer ended. */
+static uint64_t io_copy(unsigned char *store, const struct folio_io *io)
+{
+	uint64_t at = io->dev_pos;
+	for (int i = 0; i < io->iovcnt; i++) {
+		if (io->op == FOLIO_IO_WRITE)
+			memcpy(store + at, io->iov[i].iov_base,
+			       io->iov[i].iov_len);
+		else
+			memcpy(io->iov[i].iov_base, store + at,
+			       io->iov[i].iov_len);
+		at += io->iov[i].iov_len;
+	}
+	return at;
+}
+
 static int gated_submit(void *ctx, struct folio_io *io)
 {
 	struct gated *g = ctx;
 	pthread_mutex_lock(&g->lock);
-	uint64_t at = io->dev_pos;
-	for (int i = 0; i < io->iovcnt; i++) {
-		if (io->op == FOLIO_IO_WRITE)
-			memcpy(g->bytes + at, io->iov[i].iov_base,
-			       io->iov[i].iov_len);
-		else
-			memcpy(io->iov[i].iov_base, g->bytes + at,
-			       io->iov[i].iov_len);
-		at += io->iov[i].iov_len;
-	}
+	uint64_t at = io_copy(g->bytes, io);
 	if (io->op == FOLIO_IO_WRITE && at > g->size)
 		g->size = at;
 	pthread_mutex_unlock(&g->lock);
@@ -448,6 +458,175 @@ static void syncer_start(struct syncer *s, struct folio_mapping *m)
 	s->result = 1;
 	atomic_store(&s->done, false);
 	assert_int_equal(pthread_create(&s->thread, NULL, syncer_main, s), 0);
+}
+
+/*
+ * A flush round for several syncs lets the writes other syncs have in
+ * flight complete first, for at most one flush time (commit.c,
+ * wait_writes_in_flight()), so that its flush covers them. The engine
+ * holds back the write at BATCH_HOLD_POS and notes, at each flush,
+ * whether it was still held.
+ */
+#define BATCH_HOLD_POS (256u * 1024)
+struct batchy {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	unsigned char bytes[1u << 20];
+	struct folio_io *held;
+	unsigned flushes;
+	bool held_at_flush[8];
+	useconds_t flush_us;
+};
+
+static int batchy_submit(void *ctx, struct folio_io *io)
+{
+	struct batchy *b = ctx;
+	pthread_mutex_lock(&b->lock);
+	io_copy(b->bytes, io);
+	bool hold = io->op == FOLIO_IO_WRITE && io->dev_pos == BATCH_HOLD_POS;
+	if (hold) {
+		b->held = io;
+		pthread_cond_broadcast(&b->cond);
+	}
+	pthread_mutex_unlock(&b->lock);
+	if (!hold)
+		folio_io_complete(io, (ssize_t)io->len);
+	return 0;
+}
+
+static int batchy_flush(void *ctx)
+{
+	struct batchy *b = ctx;
+	pthread_mutex_lock(&b->lock);
+	unsigned n = b->flushes++;
+	if (n < 8)
+		b->held_at_flush[n] = b->held != NULL;
+	useconds_t us = b->flush_us;
+	pthread_mutex_unlock(&b->lock);
+	usleep(us);
+	return 0;
+}
+
+static int batchy_truncate(void *ctx, uint64_t size)
+{
+	(void)ctx;
+	(void)size;
+	return 0;
+}
+
+static void batchy_complete_held(struct batchy *b)
+{
+	pthread_mutex_lock(&b->lock);
+	struct folio_io *io = b->held;
+	b->held = NULL;
+	pthread_mutex_unlock(&b->lock);
+	folio_io_complete(io, (ssize_t)io->len);
+}
+
+static struct batchy *batch_engine;
+static struct folio_mapping *batch_m;
+static struct syncer batch_b;
+static pthread_t batch_releaser;
+static bool batch_hook_fired, batch_release_early;
+
+static void *batch_release_later(void *arg)
+{
+	usleep(1000);
+	batchy_complete_held(arg);
+	return NULL;
+}
+
+/* In the round of the test's own sync, before it looks: another sync
+ * whose write is in flight, which that round's sync does not need. */
+static void batch_hook(struct folio_mapping *m)
+{
+	if (m != batch_m || batch_hook_fired)
+		return;
+	batch_hook_fired = true;
+	unsigned char b[4096];
+	pattern(b, sizeof(b), 7);
+	assert_int_equal(folio_mapping_write(m, b, sizeof(b), BATCH_HOLD_POS),
+			 4096);
+	syncer_start(&batch_b, m);
+	pthread_mutex_lock(&batch_engine->lock);
+	while (!batch_engine->held)
+		pthread_cond_wait(&batch_engine->cond, &batch_engine->lock);
+	pthread_mutex_unlock(&batch_engine->lock);
+	if (batch_release_early)
+		assert_int_equal(pthread_create(&batch_releaser, NULL,
+						batch_release_later,
+						batch_engine),
+				 0);
+}
+
+/* `early`: the held write completes 1 ms into the round's wait (bounded
+ * by the 10 ms cap, the last flush having taken 20); otherwise only after
+ * the test's sync returned, which it must do all the same. */
+static void batch_round(bool early)
+{
+	struct batchy *b = calloc(1, sizeof(*b));
+	assert_non_null(b);
+	pthread_mutex_init(&b->lock, NULL);
+	pthread_cond_init(&b->cond, NULL);
+	static const struct folio_engine_ops ops = {
+		.sz = sizeof(ops),
+		.submit = batchy_submit,
+		.flush = batchy_flush,
+		.truncate = batchy_truncate,
+	};
+	struct folio_engine *e;
+	assert_int_equal(folio_engine_new(&e, &ops, b), 0);
+	struct folio_mapping *m = new_mapping(e, 4096, 0);
+	unsigned char a[4096];
+	pattern(a, sizeof(a), 5);
+	/* A first sync times the engine's flush: the wait's bound. */
+	b->flush_us = 20000;
+	assert_int_equal(folio_mapping_write(m, a, sizeof(a), 0), 4096);
+	folio_errseq_t cur = folio_mapping_err_cursor(m);
+	assert_int_equal(folio_mapping_sync(m, &cur), 0);
+	pthread_mutex_lock(&b->lock);
+	b->flush_us = 0;
+	pthread_mutex_unlock(&b->lock);
+
+	a[0]++;
+	assert_int_equal(folio_mapping_write(m, a, sizeof(a), 0), 4096);
+	batch_engine = b;
+	batch_m = m;
+	batch_hook_fired = false;
+	batch_release_early = early;
+	atomic_store(&mapping_commit_batch_hook, batch_hook);
+	assert_int_equal(folio_mapping_sync(m, &cur), 0);
+	atomic_store(&mapping_commit_batch_hook, NULL);
+	assert_true(batch_hook_fired);
+	if (early)
+		pthread_join(batch_releaser, NULL);
+	else
+		batchy_complete_held(b);
+	pthread_join(batch_b.thread, NULL);
+	assert_int_equal(batch_b.result, 0);
+	pthread_mutex_lock(&b->lock);
+	assert_true(b->flushes >= 2);
+	/* Flush 0 was the first sync's; flush 1 the round under test. */
+	assert_int_equal(b->held_at_flush[1], !early);
+	pthread_mutex_unlock(&b->lock);
+	assert_int_equal(test_mapping_stats(m).unstable_bytes, 0);
+	assert_int_equal(folio_mapping_free(m), 0);
+	assert_int_equal(folio_engine_free(e), 0);
+	pthread_cond_destroy(&b->cond);
+	pthread_mutex_destroy(&b->lock);
+	free(b);
+}
+
+static void test_round_waits_for_writes_in_flight(void **state)
+{
+	(void)state;
+	batch_round(true);
+}
+
+static void test_round_wait_is_bounded(void **state)
+{
+	(void)state;
+	batch_round(false);
 }
 
 /*
@@ -1465,6 +1644,8 @@ int main(void)
 		cmocka_unit_test(test_sync_settles_other_unstable),
 		cmocka_unit_test(test_sync_written_folios_discarded),
 		cmocka_unit_test(test_group_commit),
+		cmocka_unit_test(test_round_waits_for_writes_in_flight),
+		cmocka_unit_test(test_round_wait_is_bounded),
 		cmocka_unit_test(test_sync_threads_faults),
 		cmocka_unit_test(test_failed_flush_of_other_mapping),
 		cmocka_unit_test(test_failed_barrier_of_other_mapping),

@@ -101,9 +101,16 @@ void mapping_commit_sync(struct folio_mapping *m, struct mapping_durable *d,
  * the call), then release the unstable blocks it covers, or on failure
  * make every unstable block dirty again and record the error. Flushes of
  * one mapping run one at a time, and a thread arriving while one runs
- * shares the next. Returns 0 or the flush's error.
+ * shares the next; with other syncs under way, a round first lets the
+ * mapping's writes in flight complete, for at most one flush time, so
+ * that it covers them. Returns 0 or the flush's error.
  */
 int mapping_commit(struct folio_mapping *m);
+
+/* For tests: called by a flush round just before it looks for other
+ * syncs' writes in flight (NULL: nothing). */
+typedef void (*mapping_commit_hook_fn)(struct folio_mapping *m);
+extern _Atomic(mapping_commit_hook_fn) mapping_commit_batch_hook;
 
 /*
  * A durable write outside a sync (a direct write's) failed in its

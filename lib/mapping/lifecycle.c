@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/futex.h"
 #include "mapping/cache.h"
 #include "mapping/commit.h"
 #include "mapping/lookup.h"
@@ -142,7 +143,7 @@ static bool mapping_busy(struct folio_mapping *m)
 	 * then call free) before the completion frees its request and drops
 	 * wb_inflight. It touches the mapping until then and is about to
 	 * finish, so wait rather than fail. */
-	while (atomic_load(&m->wb.inflight))
+	while (!futex_count_drained(&m->wb.inflight))
 		sched_yield();
 	return false;
 }

@@ -134,6 +134,9 @@ struct folio_mapping {
 		/* Syncs of this mapping under way: with more than one, a
 		 * flush round they share beats a durable write for one. */
 		atomic_uint syncers;
+		/* How long the last engine flush took (ns): the longest a
+		 * round waits for other syncs' writes in flight. */
+		_Atomic uint64_t flush_ns;
 		/* Engine truncates no flush has covered yet: a flush that
 		 * fails may have lost them too (a volatile disk cache), so
 		 * they are redone. `low` is the smallest size cut to since
@@ -158,7 +161,8 @@ struct folio_mapping {
 	/* Writeback (writeback.c): atomics, no lock. */
 	struct {
 		/* Write requests in flight: free refuses while there are
-		 * any. */
+		 * any. A futex count (base/futex.h): a flush round may sleep
+		 * until it drains (commit.c). */
 		atomic_uint inflight;
 		/* Completed writes whose bytes were put back dirty without
 		 * an error of their own: the rest of a short write, and a

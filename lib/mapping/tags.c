@@ -2,7 +2,7 @@
 /*
  * Index iteration and tags.
  */
-#include <time.h>
+#include "base/clock.h"
 
 #include "mapping/tags.h"
 
@@ -98,12 +98,6 @@ void mapping_tags_prune(struct folio_mapping *m, uint64_t first,
 	pthread_rwlock_unlock(&m->index_lock);
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 void mapping_tag_dirty(struct folio_mapping *m, struct folio *f)
 {
@@ -114,7 +108,7 @@ void mapping_tag_dirty(struct folio_mapping *m, struct folio *f)
 					      memory_order_relaxed)) {
 		uint64_t zero = 0;
 		atomic_compare_exchange_strong(&m->in_cache.dirty_since, &zero,
-					       now_ns());
+					       base_now_ns());
 	}
 }
 

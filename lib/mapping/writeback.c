@@ -119,7 +119,7 @@ static void wb_end_io(struct engine_io *rq, ssize_t result)
 	 * away) as soon as the group drops: touch nothing after that. */
 	struct io_group *group = io->group;
 	mapping_io_free(io);
-	atomic_fetch_sub(&m->wb.inflight, 1);
+	futex_count_put(&m->wb.inflight);
 	if (group)
 		io_group_done(group, err);
 }

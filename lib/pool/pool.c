@@ -4,7 +4,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include "base/clock.h"
 
 #include "alloc/alloc.h"
 #include "pool/pool.h"
@@ -19,9 +19,7 @@
 
 uint64_t pool_now_ns(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	return base_now_ns();
 }
 
 const struct mapping_cache_ops pool_cache_ops;
