@@ -12,7 +12,7 @@
 # machine is idle; default none).
 # Takes about 2 * 6 * 2 * RUNTIME s for randwrite-sync plus ~60 s, plus
 # about 3 minutes for seqread and randread (1 GiB, cold 4 KiB O_DIRECT),
-# and about 40 s for sync-scatter.
+# about 40 s for sync-scatter and about 80 s for the shared-file syncs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -73,4 +73,14 @@ run randread.json randread --size 1G --runtime "$runtime" --dir "$dir"
 # (g) one sync of 10^4 scattered 4 KiB blocks of a 1 GiB file, per engine,
 # with a plain io_uring loop as the device's reference.
 run sync-scatter.json sync-scatter --rounds 5 --dir "$dir"
+# (h) N threads each writing 4 KiB and syncing, all on one O_DIRECT file
+# (one mapping: a database's commits), per engine, against the kernel's
+# pwrite + fdatasync on the same file.
+for e in posix uring; do
+	for n in 1 2 4 8; do
+		run "randwrite-shared-$e-$n.json" randwrite-sync --layout shared \
+			--direct --tracking block --size 256M --rounds 5 \
+			--runtime 0.4 --jobs "$n" --engine "$e" --dir "$dir"
+	done
+done
 echo "JSON in $out" >&2

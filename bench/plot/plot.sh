@@ -7,7 +7,7 @@
 # (to flatten the JSON into columns) and gnuplot with the pngcairo
 # terminal. Writes randwrite-wa.png, randwrite-mbs.png, fstime.png,
 # seqwrite.png, pool-hit-ratio.png, seqread.png, randread-hot.png,
-# randread-cold.png and sync-scatter.png.
+# randread-cold.png, sync-scatter.png and randwrite-shared.png.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
@@ -181,6 +181,24 @@ with open(os.path.join(tmp, "sync-scatter.dat"), "w") as f:
                                        base / v["sync_ms"]))
         scatter_title = "%d scattered 4 KiB blocks, median of %d rounds" % (
             w["params"]["blocks"], w["params"]["rounds"])
+
+# (h) syncs of one shared file: library / kernel per job count and engine
+# (the median of the per-round ratios folio-bench reports).
+def shared_ratio(engine, jobs):
+    path = os.path.join(data, "randwrite-shared-%s-%d.json" % (engine, jobs))
+    if not os.path.exists(path):
+        return float("nan")
+    for row in load(path)["table"]:
+        if row["comparison"] == "kernel page cache" and \
+                row["figure"].startswith("block tracking MB/s"):
+            return row["ratio"]
+    return float("nan")
+
+with open(os.path.join(tmp, "randwrite-shared.dat"), "w") as f:
+    f.write("# jobs posix_ratio uring_ratio\n")
+    for jobs in (1, 2, 4, 8):
+        f.write("%d %g %g\n" % (jobs, shared_ratio("posix", jobs),
+                                 shared_ratio("uring", jobs)))
 
 with open(os.path.join(tmp, "vars.gp"), "w") as f:
     f.write('scatter_title = "%s"\n' % scatter_title)

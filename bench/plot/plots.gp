@@ -159,3 +159,22 @@ set xtics rotate by -15
 plot tmp.'/sync-scatter.dat' using 2:xtic(1) lc rgb '#9467bd', \
      '' using 0:2:(sprintf('%.0f ms, %.2fx', $2, $3)) \
        with labels offset 0,1 notitle
+
+# (h) syncs of one shared O_DIRECT file: library / kernel per job count
+set output out.'/randwrite-shared.png'
+set title "4 KiB write + sync by N threads on one O_DIRECT file (one mapping)"
+set style data histogram
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set boxwidth 0.9
+set xtics norotate
+set xlabel 'threads'
+set ylabel 'library / kernel pwrite + fdatasync (> 1: faster)'
+set yrange [0:1.6]
+set key top left
+set arrow 1 from graph 0, first 1 to graph 1, first 1 nohead dt 2 lc rgb '#555555'
+plot tmp.'/randwrite-shared.dat' using 2:xtic(1) title 'posix' lc rgb '#1f77b4', \
+     '' using 3 title 'io_uring' noenhanced lc rgb '#ff7f0e', \
+     '' using ($0-0.15):2:(sprintf('%.2f', $2)) with labels offset 0,0.7 notitle, \
+     '' using ($0+0.15):3:(sprintf('%.2f', $3)) with labels offset 0,0.7 notitle
+unset arrow 1
