@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "engines/builtin.h"
 #include "engines/nbd_args.h"
 
@@ -136,11 +137,10 @@ static _Thread_local const struct ne_ctx *ne_self;
  * must not wait for them). */
 static _Thread_local struct engine_own ne_own;
 
+/* Signed: deadlines and hold-offs are compared by subtraction. */
 static int64_t now_ns(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+	return (int64_t)base_now_ns();
 }
 
 static int nbd_err(int dflt)

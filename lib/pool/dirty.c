@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "alloc/alloc.h"
 #include "pool/pool.h"
 #include "mapping/cache.h"
@@ -162,7 +163,7 @@ int pool_op_reserve(struct mapping_cache *c, struct folio_mapping *m,
 {
 	(void)m;
 	struct folio_pool *p = pool_of(c);
-	uint64_t t0 = pool_now_ns();
+	uint64_t t0 = base_now_ns();
 	atomic_fetch_add(&p->stats.memory_waits, 1);
 	atomic_fetch_add(&c->waiters, 1);
 	int r = 0;
@@ -194,7 +195,7 @@ int pool_op_reserve(struct mapping_cache *c, struct folio_mapping *m,
 		}
 	}
 	atomic_fetch_sub(&c->waiters, 1);
-	atomic_fetch_add(&p->stats.memory_wait_ns, pool_now_ns() - t0);
+	atomic_fetch_add(&p->stats.memory_wait_ns, base_now_ns() - t0);
 	return r;
 }
 
@@ -209,7 +210,7 @@ void pool_op_balance(struct mapping_cache *c, struct folio_mapping *m)
 			pool_op_kick(c);
 		return;
 	}
-	uint64_t t0 = pool_now_ns();
+	uint64_t t0 = base_now_ns();
 	atomic_fetch_add(&p->stats.throttle_waits, 1);
 	atomic_fetch_add(&c->waiters, 1);
 	unsigned stalls = 0, idle = 0;
@@ -255,7 +256,7 @@ void pool_op_balance(struct mapping_cache *c, struct folio_mapping *m)
 			break;
 	}
 	atomic_fetch_sub(&c->waiters, 1);
-	atomic_fetch_add(&p->stats.throttle_ns, pool_now_ns() - t0);
+	atomic_fetch_add(&p->stats.throttle_ns, base_now_ns() - t0);
 }
 
 /* ---- flusher threads --------------------------------------------------- */
@@ -317,7 +318,7 @@ static void pass_done(struct folio_mapping *m, uint64_t pass_start)
 	    mapping_any_tagged(m, INDEX_TAG_DIRTY)) {
 		uint64_t zero = 0;
 		atomic_compare_exchange_strong(&m->in_cache.dirty_since, &zero,
-					       pool_now_ns());
+					       base_now_ns());
 	}
 }
 
@@ -326,7 +327,7 @@ static void *flusher_main(void *arg)
 	struct folio_pool *p = arg;
 	pthread_mutex_lock(&p->lock);
 	while (!p->stop) {
-		uint64_t now = pool_now_ns();
+		uint64_t now = base_now_ns();
 		struct pool_member *mb = flusher_pick(p, now);
 		if (!mb) {
 			atomic_store(&p->kicked, false);

@@ -4,7 +4,6 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include "base/clock.h"
 
 #include "alloc/alloc.h"
 #include "pool/pool.h"
@@ -16,11 +15,6 @@
 #define KNOWN_FLAGS 0u
 
 #define OPTS_MIN_SZ SIZEOF_THROUGH(struct folio_pool_opts, budget)
-
-uint64_t pool_now_ns(void)
-{
-	return base_now_ns();
-}
 
 const struct mapping_cache_ops pool_cache_ops;
 

@@ -138,8 +138,6 @@ static inline struct pool_member *member_of(struct folio_mapping *m)
 	return m->in_cache.member;
 }
 
-uint64_t pool_now_ns(void);
-
 /* Sum of one field of the striped counters (may lag a moment). */
 int64_t pool_sum_dirty(struct folio_pool *p);
 int64_t pool_sum_writeback(struct folio_pool *p);
