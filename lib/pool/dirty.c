@@ -46,11 +46,7 @@
 /* Sleep until the events counter moves past `mark` or `ns` pass. */
 static void wait_progress(struct folio_pool *p, uint64_t mark, uint64_t ns)
 {
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	uint64_t at = (uint64_t)t.tv_nsec + ns;
-	t.tv_sec += (time_t)(at / 1000000000u);
-	t.tv_nsec = (long)(at % 1000000000u);
+	struct timespec t = base_deadline_ts(ns);
 	pthread_mutex_lock(&p->lock);
 	while (atomic_load(&p->events) == mark &&
 	       pthread_cond_timedwait(&p->progress_cond, &p->lock, &t) == 0)
@@ -337,12 +333,8 @@ static void *flusher_main(void *arg)
 			pthread_mutex_unlock(&p->lock);
 			alloc_decay();
 			pthread_mutex_lock(&p->lock);
-			struct timespec t;
-			clock_gettime(CLOCK_MONOTONIC, &t);
-			uint64_t at =
-				(uint64_t)t.tv_nsec + p->flusher_period_ns;
-			t.tv_sec += (time_t)(at / 1000000000u);
-			t.tv_nsec = (long)(at % 1000000000u);
+			struct timespec t =
+				base_deadline_ts(p->flusher_period_ns);
 			if (!p->stop && !atomic_load(&p->kicked))
 				pthread_cond_timedwait(&p->flusher_cond,
 						       &p->lock, &t);
