@@ -38,12 +38,12 @@ static struct bench_xopt xopts[] = {
 	{.name = "threads", .type = BENCH_X_COUNTS, .var = &counts,
 	 .metavar = "LIST", .help = "thread counts (default 1,2,4,8)"},
 	{.name = "rounds", .type = BENCH_X_UINT, .var = &rounds, .metavar = "N",
-	 .help = "interleaved rounds per thread count (default 3; medians)"},
+	 .help = "interleaved rounds per thread count (medians)"},
 	{.name = "files", .type = BENCH_X_UINT, .var = &nfiles, .metavar = "N",
-	 .help = "files, --size bytes each (default 32)"},
+	 .help = "files, --size bytes each"},
 	{.name = "map-cost-us", .type = BENCH_X_UINT, .var = &map_cost_us,
 	 .metavar = "US",
-	 .help = "CPU time one map() call spins (default 3)"},
+	 .help = "CPU time one map() call spins"},
 	{.name = "calibrate-map", .type = BENCH_X_FLAG, .var = &calibrate,
 	 .help = "measure what a map() that allocates costs the kernel "
 		 "(O_DIRECT 4 KiB writes into unwritten extents vs into "

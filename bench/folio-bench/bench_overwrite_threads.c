@@ -42,7 +42,7 @@ static struct bench_xopt xopts[] = {
 		 "--jobs, and --jobs)"},
 	{.name = "rounds", .type = BENCH_X_UINT, .var = &rounds, .metavar = "N",
 	 .help = "interleaved rounds of library and memcpy runs per thread "
-		 "count (default 3; the median is reported)"},
+		 "count (the median is reported)"},
 	{0},
 };
 

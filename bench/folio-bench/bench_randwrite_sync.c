@@ -71,7 +71,7 @@ static struct bench_xopt xopts[] = {
 	 .metavar = "N",
 	 .help = "run the variants N times, interleaved, each for\n"
 		 "  --runtime: figures are medians, ratios the median of\n"
-		 "  each round's ratio (a shared, noisy disk) [1]"},
+		 "  each round's ratio (a shared, noisy disk)"},
 	{.name = "files", .type = BENCH_X_UINT, .var = &nfiles, .metavar = "N",
 	 .help = "split --size over N files, job j on file j % N (default:\n"
 		 "  one file per job, as fio does; 1: all jobs share one\n"

@@ -1212,7 +1212,16 @@ static void print_opt(FILE *f, const char *name, const char *metavar,
 	char left[64];
 	snprintf(left, sizeof(left), "--%s%s%s", name, metavar ? " " : "",
 		 metavar ? metavar : "");
-	fprintf(f, "  %-26s %s", left, help);
+	fprintf(f, "  %-26s ", left);
+	/* A help text's own line breaks continue in the help column. */
+	for (const char *h = help; *h; h++) {
+		fputc(*h, f);
+		if (*h != '\n')
+			continue;
+		fprintf(f, "%29s", "");
+		while (h[1] == ' ')
+			h++;
+	}
 	if (dflt && *dflt)
 		fprintf(f, " [%s]", dflt);
 	fputc('\n', f);
