@@ -703,7 +703,8 @@ struct folio_engine_ops {
 	 * requests all complete from its own threads may use wait() only to
 	 * help (run a queued request in the waiting thread) and return
 	 * FOLIO_ENGINE_WAIT_IDLE when it found nothing to do: the library
-	 * then sleeps until a completion wakes it, as without wait(). */
+	 * then sleeps until a completion wakes it, as without wait(), but
+	 * calls wait() again should none have come within 10 ms. */
 	int (*wait)(void *ctx);
 	/* Optional: called once by folio_engine_free(), last. */
 	void (*destroy)(void *ctx);

@@ -5,12 +5,15 @@
  * engine that refuses requests or returns positive values.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -212,19 +215,28 @@ static int flaky_wait(void *ctx)
 	return 0;
 }
 
+/* A mapping over a user engine that holds requests until @wait runs. */
+static struct folio_mapping *held_mapping(struct flaky *k,
+					  int (*wait)(void *ctx),
+					  struct folio_engine **e)
+{
+	struct folio_engine_ops ops = fake_ops;
+	ops.submit = flaky_submit;
+	ops.wait = wait;
+	ops.destroy = NULL;
+	struct folio_mapping *m;
+	assert_int_equal(folio_engine_new(e, &ops, k), 0);
+	struct folio_mapping_opts o = {.sz = sizeof(o), .engine = *e};
+	assert_int_equal(folio_mapping_new(&m, &o), 0);
+	return m;
+}
+
 static void test_wait_error(void **state)
 {
 	(void)state;
 	struct flaky k = {.wait_failures = 3};
-	struct folio_engine_ops ops = fake_ops;
-	ops.submit = flaky_submit;
-	ops.wait = flaky_wait;
-	ops.destroy = NULL;
 	struct folio_engine *e;
-	struct folio_mapping *m;
-	assert_int_equal(folio_engine_new(&e, &ops, &k), 0);
-	struct folio_mapping_opts o = {.sz = sizeof(o), .engine = e};
-	assert_int_equal(folio_mapping_new(&m, &o), 0);
+	struct folio_mapping *m = held_mapping(&k, flaky_wait, &e);
 	unsigned char buf[5000], got[5000];
 	memset(buf, 0x42, sizeof(buf));
 	assert_int_equal(folio_mapping_write(m, buf, sizeof(buf), 0),
@@ -242,6 +254,64 @@ static void test_wait_error(void **state)
 			 sizeof(got));
 	assert_int_equal(k.nheld, 0);
 	assert_memory_equal(got, buf, sizeof(got));
+	test_close(m, e);
+}
+
+/* Its wait() answers FOLIO_ENGINE_WAIT_IDLE while it still holds
+ * requests, `idle_answers` times, then completes them: an engine that
+ * looked before a request it must poll for arrived. */
+static int late_wait(void *ctx)
+{
+	struct flaky *k = ctx;
+	k->waits++;
+	if (k->wait_failures > 0) {
+		k->wait_failures--;
+		return FOLIO_ENGINE_WAIT_IDLE;
+	}
+	return flaky_wait(ctx);
+}
+
+struct late_sync {
+	struct folio_mapping *m;
+	atomic_int ret; /* 1 until the sync returned */
+};
+
+static void *late_sync_main(void *p)
+{
+	struct late_sync *ls = p;
+	atomic_store(&ls->ret, folio_mapping_sync(ls->m, NULL));
+	return NULL;
+}
+
+/* After FOLIO_ENGINE_WAIT_IDLE the library still calls wait() again
+ * before long (ENGINE_IDLE_RECHECK_NS), though no completion woke it. */
+static void test_wait_idle_rechecks(void **state)
+{
+	(void)state;
+	struct flaky k = {.wait_failures = 2};
+	struct folio_engine *e;
+	struct folio_mapping *m = held_mapping(&k, late_wait, &e);
+	unsigned char buf[4096];
+	memset(buf, 0x37, sizeof(buf));
+	assert_int_equal(folio_mapping_write(m, buf, sizeof(buf), 0),
+			 sizeof(buf));
+	/* Static: a failed check leaves the thread running. */
+	static struct late_sync ls;
+	ls.m = m;
+	atomic_store(&ls.ret, 1);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, late_sync_main, &ls), 0);
+	struct timespec nap = {0, 1000000};
+	for (int ms = 0; atomic_load(&ls.ret) == 1; ms++) {
+		if (ms == 10000)
+			fail_msg("sync still waiting after an idle wait()");
+		nanosleep(&nap, NULL);
+	}
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(atomic_load(&ls.ret), 0);
+	assert_int_equal(k.nheld, 0);
+	assert_true(k.waits >= 3);
+	assert_memory_equal(k.base.store, buf, sizeof(buf));
 	test_close(m, e);
 }
 
@@ -524,6 +594,7 @@ int main(void)
 		cmocka_unit_test(test_refused_requests),
 		cmocka_unit_test(test_larger_ops),
 		cmocka_unit_test(test_wait_error),
+		cmocka_unit_test(test_wait_idle_rechecks),
 		cmocka_unit_test(test_caps_bad_input),
 		cmocka_unit_test(test_durable_sync),
 		cmocka_unit_test(test_waited_hint),

@@ -750,6 +750,83 @@ static void test_waited_deferred(void **state)
 	tfile_close(&f);
 }
 
+/* A completion hook that holds the thread delivering it until released. */
+static atomic_int held_state; /* 1: inside the hook, 2: released */
+
+static void hold_in_completion(struct tio *t)
+{
+	(void)t;
+	atomic_store(&held_state, 1);
+	struct timespec nap = {0, 1000000};
+	while (atomic_load(&held_state) != 2)
+		nanosleep(&nap, NULL);
+}
+
+static void *waited_writer(void *p)
+{
+	struct lone_arg *a = p;
+	assert_int_equal(eng_submit(a->e, a->t), 0);
+	assert_int_equal(eng_wait(a->e), 0); /* transfers it inline */
+	return NULL;
+}
+
+/*
+ * What wait() tells a thread with nothing of its own in flight: while
+ * another thread completes a request inline (nothing any ring needs
+ * polled for), FOLIO_ENGINE_WAIT_IDLE, so the library sleeps with no
+ * short timeout (engine_wait_until()); while a request sits in another
+ * shard's ring with nobody reaping it, 0 after reaping it, as before; and
+ * with nothing in flight at all, 0.
+ */
+static void test_wait_idle_only_when_unpolled(void **state)
+{
+	(void)state;
+	struct tfile f;
+	if (!tfile_open(&f, NULL))
+		return;
+	static char buf[2][4096];
+	fill(buf[0], 4096, 5);
+	fill(buf[1], 4096, 6);
+	struct folio_engine *e = uring_new(f.fd, 8, 0);
+	assert_int_equal(eng_wait(e), 0);
+
+	/* Another thread's write, held in its completion. */
+	struct tio t[2];
+	tio_prep(&t[0], FOLIO_IO_WRITE, 0, buf[0], 4096, 1, 0);
+	t[0].rq.io.flags = FOLIO_IO_WAITED;
+	t[0].hook = hold_in_completion;
+	atomic_store(&held_state, 0);
+	struct lone_arg a = {e, &t[0]};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, waited_writer, &a), 0);
+	struct timespec nap = {0, 1000000};
+	while (atomic_load(&held_state) != 1)
+		nanosleep(&nap, NULL);
+	assert_int_equal(eng_wait(e), FOLIO_ENGINE_WAIT_IDLE);
+	atomic_store(&held_state, 2);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(atomic_load(&t[0].result), 4096);
+
+	/* Another thread's write in its ring, which it never reaps: this
+	 * thread's wait() must keep polling for it. */
+	tio_prep(&t[1], FOLIO_IO_WRITE, 4096, buf[1], 4096, 1, 0);
+	a.t = &t[1];
+	assert_int_equal(pthread_create(&th, NULL, lone_submitter, &a), 0);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	while (!tio_done(&t[1]))
+		assert_int_equal(eng_wait(e), 0);
+	assert_int_equal(atomic_load(&t[1].result), 4096);
+	assert_int_equal(eng_wait(e), 0);
+
+	assert_int_equal(folio_engine_free(e), 0);
+	for (int i = 0; i < 2; i++) {
+		assert_true(file_holds(f.fd, (uint64_t)i * 4096, buf[i]));
+		tio_free(&t[i]);
+	}
+	tfile_close(&f);
+}
+
+
 static void test_bad_input(void **state)
 {
 	struct folio_engine *e = NULL;
@@ -821,6 +898,7 @@ int main(void)
 		FE_ON_BOTH(durable),
 		FE_ON_BOTH(waited),
 		cmocka_unit_test(test_waited_deferred),
+		cmocka_unit_test(test_wait_idle_only_when_unpolled),
 		cmocka_unit_test(test_bad_input),
 	};
 	return cmocka_run_group_tests(tests, fe_group_setup, fe_group_teardown);

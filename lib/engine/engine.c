@@ -219,6 +219,7 @@ int engine_wait_until(struct folio_engine *e, bool (*done)(void *arg),
 		      void *arg)
 {
 	struct timespec pause = {0, ENGINE_POLL_BACKOFF_NS};
+	const struct timespec recheck = {0, ENGINE_IDLE_RECHECK_NS};
 	int err = 0;
 	while (!done(arg)) {
 		if (!e->ops.wait) {
@@ -227,9 +228,10 @@ int engine_wait_until(struct folio_engine *e, bool (*done)(void *arg),
 		}
 		int r = e->ops.wait(e->ctx);
 		if (r == FOLIO_ENGINE_WAIT_IDLE) {
-			/* Its requests complete without it: no polling. */
+			/* Its requests complete without it: no polling, bar
+			 * a rare look for what entered a ring since. */
 			if (!done(arg))
-				sleep(arg, NULL);
+				sleep(arg, &recheck);
 			continue;
 		}
 		r = engine_result(r);

@@ -690,14 +690,45 @@ static int uring_unplug(void *arg)
 	return ret == -EAGAIN || ret == -EBUSY ? 0 : ret;
 }
 
+/* Does shard s (lock held) hold requests that complete only when some
+ * thread polls its ring: not yet in the kernel, or in it with nobody
+ * reaping? An inline transfer and a reaper complete theirs unasked. */
+static bool shard_wants_polling_locked(const struct ushard *s)
+{
+	if (s->deferred || s->backlog.head || s->queued)
+		return true;
+	return s->in_kernel && !s->reaper && !s->c->use_thread;
+}
+
+/* What a waiter with nothing of its own in flight found in the shards it
+ * helped (see uring_wait()). */
+struct help_look {
+	bool progress; /* it transferred or reaped something */
+	bool inflight; /* some shard has requests in flight */
+	bool polling;  /* some shard wants polling, or was busy */
+};
+
+static void help_look_locked(const struct ushard *s, struct help_look *l)
+{
+	/* Not those this thread is delivering (a wait() in a completion):
+	 * nobody else completes them. */
+	if (s->nreq > engine_own_of(&uring_own, s))
+		l->inflight = true;
+	if (shard_wants_polling_locked(s))
+		l->polling = true;
+}
+
 /* Push shard s's queue and reap what is ready, without blocking: for
  * requests of other threads that nobody is waiting in. */
-static int shard_help(struct ushard *s)
+static int shard_help(struct ushard *s, struct help_look *l)
 {
-	if (pthread_mutex_trylock(&s->lock))
+	if (pthread_mutex_trylock(&s->lock)) {
+		l->polling = true;
 		return 0;
+	}
 	if (s->deferred) {
 		run_deferred_locked(s);
+		l->progress = true;
 		pthread_mutex_unlock(&s->lock);
 		return 0;
 	}
@@ -708,7 +739,10 @@ static int shard_help(struct ushard *s)
 	if (!ret && s->in_kernel && !s->reaper && may_reap(s)) {
 		int r = uring_reap(s, false);
 		ret = r < 0 ? r : 0;
+		if (r > 0)
+			l->progress = true;
 	}
+	help_look_locked(s, l);
 	pthread_mutex_unlock(&s->lock);
 	return ret;
 }
@@ -731,6 +765,8 @@ static int uring_wait(void *arg)
 	if (ret == -EAGAIN || ret == -EBUSY)
 		ret = 0;
 	bool mine = s->nreq > engine_own_of(&uring_own, s);
+	struct help_look look = {0};
+	help_look_locked(s, &look);
 	if (!ret && mine && s->in_kernel && !s->reaper && may_reap(s)) {
 		/* Until a request completes: a round may bring only the
 		 * first CQE of a durable write, and returning then would
@@ -759,12 +795,24 @@ static int uring_wait(void *arg)
 		struct ushard *t = &c->shards[i];
 		if (t != s && atomic_load_explicit(&t->ready,
 						   memory_order_acquire))
-			ret = shard_help(t);
+			ret = shard_help(t, &look);
 	}
+	/*
+	 * Requests in flight that no ring needs polled for are being
+	 * transferred inline or reaped by other threads, which wake the
+	 * caller: it may sleep without a timeout of ours. A short one costs
+	 * every such wakeup: on this VM a futex wait with a 100 us timeout
+	 * woke 15-25 us later than one without, and 2 threads syncing one
+	 * file paid that in each wait for the other's write (doc/design.md,
+	 * "Concurrency"). The library still looks again after a while
+	 * (ENGINE_IDLE_RECHECK_NS), for a request entering a ring after
+	 * this look.
+	 */
+	if (!ret && look.inflight && !look.polling && !look.progress)
+		return FOLIO_ENGINE_WAIT_IDLE;
 	return ret;
 }
 
-/* Is any request of @op with a sequence number <= @seq in flight? */
 static bool older_inflight(const struct ushard *s, int op, uint64_t seq)
 {
 	const struct ureq *h = s->inflight[op].head;
