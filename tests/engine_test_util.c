@@ -119,6 +119,15 @@ void tio_await(struct tio *t)
 	}
 }
 
+void await_flag(atomic_bool *flag, bool want)
+{
+	for (int polls = 0; atomic_load(flag) != want; polls++) {
+		assert_true(polls < 1000000);
+		struct timespec ts = {0, 20000};
+		nanosleep(&ts, NULL);
+	}
+}
+
 unsigned tio_completion_rank(void)
 {
 	return atomic_load(&completion_rank);

@@ -70,6 +70,9 @@ int tio_done(struct tio *t);
  * (whose wait() may run queued requests in this thread): it must
  * complete on an engine thread. Fails after about 20 s. */
 void tio_await(struct tio *t);
+/* Poll until *flag is `want` (set by another thread), failing after
+ * about 20 s. */
+void await_flag(atomic_bool *flag, bool want);
 /* The rank the next completion will get (see struct tio.order). */
 unsigned tio_completion_rank(void);
 

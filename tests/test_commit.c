@@ -507,7 +507,8 @@ static int batchy_flush(void *ctx)
 	return 0;
 }
 
-static int batchy_truncate(void *ctx, uint64_t size)
+/* The store has no size of its own to cut. */
+static int noop_truncate(void *ctx, uint64_t size)
 {
 	(void)ctx;
 	(void)size;
@@ -572,7 +573,7 @@ static void batch_round(bool early)
 		.sz = sizeof(ops),
 		.submit = batchy_submit,
 		.flush = batchy_flush,
-		.truncate = batchy_truncate,
+		.truncate = noop_truncate,
 	};
 	struct folio_engine *e;
 	assert_int_equal(folio_engine_new(&e, &ops, b), 0);
@@ -895,13 +896,6 @@ static int lossy_flush(void *ctx)
 	return r;
 }
 
-static int lossy_truncate(void *ctx, uint64_t size)
-{
-	(void)ctx;
-	(void)size;
-	return 0;
-}
-
 /* The lossy engine (taking durable writes or not), mappings A and B on it,
  * and a block of data for each. */
 struct lossy_pair {
@@ -921,7 +915,7 @@ static struct lossy_pair *lossy_pair_new(bool durable)
 	struct folio_engine_ops ops = {.sz = sizeof(ops),
 				       .submit = lossy_submit,
 				       .flush = lossy_flush,
-				       .truncate = lossy_truncate,
+				       .truncate = noop_truncate,
 				       .caps = durable ? FOLIO_ENGINE_CAP_DURABLE
 						       : 0};
 	assert_int_equal(folio_engine_new(&p->e, &ops, p->l), 0);

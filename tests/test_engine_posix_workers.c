@@ -110,16 +110,6 @@ static void test_default_workers(void **state)
 	tfile_close(&f);
 }
 
-/* Poll until *flag is `want`, failing after about 20 s. */
-static void await_flag(atomic_bool *flag, bool want)
-{
-	for (int polls = 0; atomic_load(flag) != want; polls++) {
-		assert_true(polls < 1000000);
-		struct timespec ts = {0, 20000};
-		nanosleep(&ts, NULL);
-	}
-}
-
 /* Holds the only worker inside a completion until released. */
 static atomic_bool hold_worker, worker_held;
 

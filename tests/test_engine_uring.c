@@ -751,15 +751,13 @@ static void test_waited_deferred(void **state)
 }
 
 /* A completion hook that holds the thread delivering it until released. */
-static atomic_int held_state; /* 1: inside the hook, 2: released */
+static atomic_bool in_held_completion, release_completion;
 
 static void hold_in_completion(struct tio *t)
 {
 	(void)t;
-	atomic_store(&held_state, 1);
-	struct timespec nap = {0, 1000000};
-	while (atomic_load(&held_state) != 2)
-		nanosleep(&nap, NULL);
+	atomic_store(&in_held_completion, true);
+	await_flag(&release_completion, true);
 }
 
 static void *waited_writer(void *p)
@@ -795,15 +793,14 @@ static void test_wait_idle_only_when_unpolled(void **state)
 	tio_prep(&t[0], FOLIO_IO_WRITE, 0, buf[0], 4096, 1, 0);
 	t[0].rq.io.flags = FOLIO_IO_WAITED;
 	t[0].hook = hold_in_completion;
-	atomic_store(&held_state, 0);
+	atomic_store(&in_held_completion, false);
+	atomic_store(&release_completion, false);
 	struct lone_arg a = {e, &t[0]};
 	pthread_t th;
 	assert_int_equal(pthread_create(&th, NULL, waited_writer, &a), 0);
-	struct timespec nap = {0, 1000000};
-	while (atomic_load(&held_state) != 1)
-		nanosleep(&nap, NULL);
+	await_flag(&in_held_completion, true);
 	assert_int_equal(eng_wait(e), FOLIO_ENGINE_WAIT_IDLE);
-	atomic_store(&held_state, 2);
+	atomic_store(&release_completion, true);
 	assert_int_equal(pthread_join(th, NULL), 0);
 	assert_int_equal(atomic_load(&t[0].result), 4096);
 

@@ -813,6 +813,7 @@ static int uring_wait(void *arg)
 	return ret;
 }
 
+/* Is any request of @op with a sequence number <= @seq in flight? */
 static bool older_inflight(const struct ushard *s, int op, uint64_t seq)
 {
 	const struct ureq *h = s->inflight[op].head;

@@ -98,7 +98,6 @@ void mapping_tags_prune(struct folio_mapping *m, uint64_t first,
 	pthread_rwlock_unlock(&m->index_lock);
 }
 
-
 void mapping_tag_dirty(struct folio_mapping *m, struct folio *f)
 {
 	mapping_tag_set(m, f, INDEX_TAG_DIRTY);
